@@ -1,0 +1,55 @@
+// chaosbed: one binary, many subcommands. Flags are gflags (--name=value or --name value) and may appear
+// anywhere; the first positional argument picks the subcommand.
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <cstring>
+#include <span>
+
+#include "chaosbed/config.h"
+#include "experiments/cli/cli.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+  bool hidden = false;  // started by the launcher, not by people
+};
+
+int printHelp(int, char**);
+
+constexpr Command kCommands[] = {
+    {"help", "show this help", printHelp},
+};
+
+int printHelp(int, char**) {
+  std::printf("chaosbed %s: fault-injection testbed for distributed training\n\nusage: chaosbed COMMAND [ARGS] [--flags]\n\n",
+              CHAOSBED_VERSION);
+  for (const Command& c : kCommands)
+    if (!c.hidden) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf("\n`chaosbed --helpon=FILE` lists the flags of one source file; `chaosbed --help` lists all.\n");
+  return chaosbed::cli::kExitPass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("chaosbed COMMAND [ARGS] [--flags]; `chaosbed help` lists the commands");
+  gflags::SetVersionString(CHAOSBED_VERSION);
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  if (argc < 2) {
+    printHelp(0, nullptr);
+    return chaosbed::cli::kExitUsage;
+  }
+  for (const Command& c : kCommands)
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);
+  std::fprintf(stderr, "chaosbed: unknown command '%s'; `chaosbed help` lists the commands\n", argv[1]);
+  return chaosbed::cli::kExitUsage;
+}
