@@ -17,7 +17,9 @@ packages=(
   # data
   dataset-fashion-mnist
   # tools the tests and benchmarks call
-  procps iproute2 prometheus
+  procps iproute2 prometheus prometheus-pushgateway
+  # bench/torch_train.py: the PyTorch reference (Debian's Python on the system OpenBLAS)
+  python3-torch
 )
 
 sudo_cmd=()

@@ -12,4 +12,30 @@ inline constexpr int kExitInvalidSpec = 3;
 inline constexpr int kExitInfrastructure = 4;
 inline constexpr int kExitInterrupted = 130;  // SIGINT; 143 for SIGTERM
 
+// `chaosbed validate SPEC...` (validate.cc): "ok: FILE" per valid spec, else every problem on stderr; exit 3.
+int validate(int argc, char** argv);
+
+// `chaosbed run SPEC` (run.cc).
+int runExperiment(int argc, char** argv);
+
+// Node processes (node_cmd.cc), started by the launcher.
+int runWorker(int argc, char** argv);
+int runPs(int argc, char** argv);
+int runEvaluatorNode(int argc, char** argv);
+
+// `chaosbed chaos plan|bench|agent` (chaos_cmd.cc).
+int runChaos(int argc, char** argv);
+
+// `chaosbed train` (train.cc): single-node training to a target accuracy; prints TTA and final accuracy.
+int runTrain(int argc, char** argv);
+
+// `chaosbed bench NAME` (bench.cc): dispatches to the micro-benchmarks below.
+int runBench(int argc, char** argv);
+// `chaosbed bench train` (bench_train.cc): MLP training-step throughput on one thread.
+int runBenchTrain(int argc, char** argv);
+// `chaosbed bench p2p` (bench_p2p.cc): UCX point-to-point bandwidth and latency between two processes.
+int runBenchP2p(int argc, char** argv);
+// `chaosbed bench allreduce` (bench_allreduce.cc): ring all-reduce bus bandwidth, N ranks as processes.
+int runBenchAllreduce(int argc, char** argv);
+
 }  // namespace chaosbed::cli

@@ -4,9 +4,19 @@
 // client to publish and look up their transport addresses, NCCL unique ids and membership epochs.
 //
 // Contract: keys and values are arbitrary bytes. set() overwrites. get() blocks until the key exists or the
-// deadline passes (Timeout). add() is an atomic counter (creating the key at 0). All calls are thread-safe
-// and carry deadlines; a lost server connection turns into Unavailable, never a hang.
+// deadline passes (Timeout). add() is an atomic counter (creating the key at 0) whose value is stored as
+// decimal text, so get() of a counter reads e.g. "3"; add() on a key holding anything else is
+// InvalidArgument. All calls are thread-safe and carry deadlines (set/add/contains use the client's
+// operation timeout); a lost server connection turns into Unavailable, never a hang.
+//
+// Wire protocol (TCP, little-endian): request = u32 length, u8 op, u32 key length, key, operand (set: the
+// value; get: u64 timeout in ms; add: i64 delta; contains: nothing). Response = u32 length, u8 code
+// (0 OK, 1 Timeout, 2 InvalidArgument), payload (get: value; add: i64; contains: u8; errors: a message).
+// The server answers a blocking get when the key appears or its timeout passes; frames above 64 MiB are
+// refused and close the connection. A client uses one connection per concurrent call (a small pool), so
+// a get blocked in one thread never delays a set from another; it never reconnects after the server died.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +47,9 @@ class StoreServer {
 // Listens on host:port ("127.0.0.1:0" picks a free loopback port).
 Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address);
 // Connects to a StoreServer; retries until the deadline (the server may start after the node).
-Result<std::unique_ptr<Store>> connectStore(const std::string& address, Deadline deadline);
+// `op_timeout` bounds set/add/contains (get uses its own deadline).
+inline constexpr std::chrono::milliseconds kDefaultStoreOpTimeout{30000};
+Result<std::unique_ptr<Store>> connectStore(const std::string& address, Deadline deadline,
+                                            std::chrono::milliseconds op_timeout = kDefaultStoreOpTimeout);
 
 }  // namespace chaosbed

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""PyTorch reference for `chaosbed bench train`: the same MLP (784-256-128-10, ReLU, softmax cross-entropy),
+batch 64, SGD with momentum 0.9, on ONE thread, over a pool of 16 pre-generated batches (inputs uniform in
+[0, 1), labels uniform over the classes), so that only forward + backward + update is measured.
+
+Run with Debian's Python (/usr/bin/python3, package python3-torch), which uses the system BLAS
+(OpenBLAS through update-alternatives). Prints one line of text, or with --json one JSON object with
+samples_per_s and the torch version.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--layers", default="784,256,128,10")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measurement time after the warm-up")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    sizes = [int(s) for s in args.layers.split(",")]
+    modules = []
+    for i in range(len(sizes) - 1):
+        modules.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            modules.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*modules)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    pool = [(torch.rand(args.batch, sizes[0]), torch.randint(0, sizes[-1], (args.batch,))) for _ in range(16)]
+
+    def step(i: int) -> None:
+        x, y = pool[i % len(pool)]
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    for i in range(200):  # warm-up
+        step(i)
+    steps = 0
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    deadline = start + args.seconds
+    while True:
+        for _ in range(64):
+            step(steps)
+            steps += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            break
+    samples_per_s = steps * args.batch / (now - start)
+    samples_per_cpu_s = steps * args.batch / (time.process_time() - cpu_start)
+    if args.json:
+        print(json.dumps({"samples_per_s": samples_per_s, "samples_per_cpu_s": samples_per_cpu_s, "steps": steps, "batch": args.batch,
+                          "threads": torch.get_num_threads(), "torch": torch.__version__}))
+    else:
+        print(f"torch train: layers {args.layers}, batch {args.batch}, 1 thread: {steps} steps in "
+              f"{now - start:.2f} s, {samples_per_s:.0f} samples/s, {samples_per_cpu_s:.0f} samples per CPU second "
+              f"(torch {torch.__version__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

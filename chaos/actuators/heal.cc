@@ -1,0 +1,167 @@
+#include "chaos/actuators/heal.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "core/isolation/cgroup.h"
+
+namespace chaosbed::chaos {
+
+const char* healOpName(HealRecord::Op op) {
+  switch (op) {
+    case HealRecord::Op::kThaw: return "thaw";
+    case HealRecord::Op::kCpuLimit: return "cpu_limit";
+    case HealRecord::Op::kSigcont: return "sigcont";
+    case HealRecord::Op::kTcDelete: return "tc_delete";
+  }
+  return "unknown";
+}
+
+nlohmann::json healToJson(const HealRecord& r) {
+  nlohmann::json j;
+  j["op"] = healOpName(r.op);
+  switch (r.op) {
+    case HealRecord::Op::kCpuLimit: j["cpus"] = r.cpus; [[fallthrough]];
+    case HealRecord::Op::kThaw:
+      j["group"] = r.group;
+      j["node"] = r.node;
+      j["paths"] = r.paths;
+      break;
+    case HealRecord::Op::kSigcont: j["pgid"] = r.pgid; break;
+    case HealRecord::Op::kTcDelete:
+      j["netns"] = r.netns;
+      j["dev"] = r.dev;
+      break;
+  }
+  return j;
+}
+
+Result<HealRecord> healFromJson(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
+    return Status::dataLoss("heal record without an op: " + j.dump());
+  HealRecord r;
+  const std::string op = j["op"];
+  try {
+    if (op == "thaw" || op == "cpu_limit") {
+      r.op = op == "thaw" ? HealRecord::Op::kThaw : HealRecord::Op::kCpuLimit;
+      r.group = j.at("group");
+      r.node = j.at("node");
+      r.paths = j.at("paths").get<std::vector<std::string>>();
+      if (r.op == HealRecord::Op::kCpuLimit) r.cpus = j.at("cpus");
+    } else if (op == "sigcont") {
+      r.op = HealRecord::Op::kSigcont;
+      r.pgid = j.at("pgid");
+    } else if (op == "tc_delete") {
+      r.op = HealRecord::Op::kTcDelete;
+      r.netns = j.at("netns");
+      r.dev = j.at("dev");
+    } else {
+      return Status::dataLoss("heal record with unknown op '" + op + "'");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::dataLoss("malformed heal record " + j.dump() + ": " + e.what());
+  }
+  return r;
+}
+
+Status heal(const HealRecord& r) {
+  switch (r.op) {
+    case HealRecord::Op::kThaw:
+    case HealRecord::Op::kCpuLimit: {
+      for (const std::string& p : r.paths) {
+        std::error_code ec;
+        if (!std::filesystem::exists(p, ec)) return Status::ok();  // the cgroup is gone: nothing to undo
+      }
+      Result<NodeCgroup> cg = NodeCgroup::create(r.group, r.node);
+      if (!cg.isOk()) return cg.status().withContext("heal " + std::string(healOpName(r.op)) + " " + r.node);
+      return r.op == HealRecord::Op::kThaw ? cg->thaw() : cg->setCpuLimit(r.cpus);
+    }
+    case HealRecord::Op::kSigcont:
+      if (r.pgid <= 1) return Status::invalidArgument("heal sigcont: bad process group " + std::to_string(r.pgid));
+      if (::kill(-r.pgid, SIGCONT) != 0 && errno != ESRCH)
+        return Status::ioError("heal: SIGCONT to process group " + std::to_string(r.pgid) + ": " + std::strerror(errno));
+      return Status::ok();
+    case HealRecord::Op::kTcDelete: {
+      std::vector<std::string> argv;
+      if (!r.netns.empty()) argv = {"ip", "netns", "exec", r.netns};
+      for (const char* a : {"tc", "qdisc", "del", "dev"}) argv.push_back(a);
+      argv.push_back(r.dev);
+      argv.push_back("root");
+      return runCommand(argv, 5.0,
+                        {"Cannot find device", "No such file or directory", "Cannot delete qdisc with handle of zero",
+                         "Invalid handle", "Cannot open network namespace"});
+    }
+  }
+  return Status::internal("heal: unknown op");
+}
+
+Status runCommand(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& ok_stderr) {
+  std::string cmdline;
+  for (const std::string& a : argv) cmdline += (cmdline.empty() ? "" : " ") + a;
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    return Status::ioError(cmdline + ": fork: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(err_pipe[1], 2);
+    const int devnull = ::open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+    }
+    ::execvp(args[0], args.data());
+    const char* msg = "exec failed: ";
+    (void)!::write(2, msg, std::strlen(msg));
+    (void)!::write(2, std::strerror(errno), std::strlen(std::strerror(errno)));
+    ::_exit(127);
+  }
+  ::close(err_pipe[1]);
+  std::string err;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool timed_out = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{err_pipe[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(err_pipe[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    err.append(buf, static_cast<size_t>(got));
+  }
+  ::close(err_pipe[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  if (timed_out) return Status::timeout(cmdline + ": no exit within " + std::to_string(timeout_s) + " s");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::ok();
+  for (const std::string& s : ok_stderr)
+    if (err.find(s) != std::string::npos) return Status::ok();
+  return Status::ioError(cmdline + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                         (err.empty() ? "" : ": " + err));
+}
+
+}  // namespace chaosbed::chaos

@@ -1,0 +1,38 @@
+#include "chaos/event_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "chaos/clock.h"
+
+namespace chaosbed::chaos {
+
+Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::ioError(path + ": cannot open event log: " + std::strerror(errno));
+  return std::unique_ptr<EventLog>(new EventLog(fd, path));
+}
+
+EventLog::~EventLog() { ::close(fd_); }
+
+Status EventLog::append(nlohmann::json event) {
+  if (!event.contains("mono_ns")) event["mono_ns"] = realClock().monotonicNs();
+  if (!event.contains("wall_ns")) event["wall_ns"] = realClock().wallNs();
+  const std::string line = event.dump() + "\n";
+  std::lock_guard<std::mutex> l(mu_);
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::ioError(path_ + ": append: " + std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace chaosbed::chaos

@@ -1,0 +1,100 @@
+#pragma once
+// The fault model and the plan it is drawn into.
+//
+// A Fault is one occurrence of a fault drawn from a spec: a kind, the resolved nodes it hits ("worker-2",
+// "ps-0"), when (seconds of the run, or a progress trigger), how long, and its parameters. A Plan is the
+// complete, sorted list of timed Actions of a run (apply / escalate / revert / replace), drawn once from
+// the spec and the seed before the run starts (Jepsen-style: choosing targets is separate from acting).
+// Everything here is plain data: copyable, comparable, printable.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transports/status.h"
+
+namespace chaosbed::chaos {
+
+enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink };
+inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::kKill, FaultKind::kPreempt, FaultKind::kPause,
+                                               FaultKind::kSlow, FaultKind::kLink};
+const char* faultKindName(FaultKind kind);  // "kill", "preempt", "pause", "slow", "link"
+std::optional<FaultKind> parseFaultKind(const std::string& name);
+
+// A fault that fires when a node reports progress instead of at a time ("when worker-2 reaches step 300").
+struct ProgressTrigger {
+  enum class Unit : uint8_t { kStep, kEpoch };
+  std::string node;  // empty: the first node of any role to report it
+  Unit unit = Unit::kStep;
+  int64_t value = 0;
+  bool operator==(const ProgressTrigger&) const = default;
+};
+std::string describeTrigger(const ProgressTrigger& t);  // "worker-2 step 300", "any epoch 2"
+
+struct FaultParams {
+  double cpu_fraction = 1.0;    // slow: fraction of the node's quota (or of one CPU when it has none)
+  double grace_s = 0.0;         // preempt: seconds of the run between SIGTERM (notice) and SIGKILL
+  double bandwidth_mbps = 0.0;  // link: 0 = uncapped
+  double latency_ms = 0.0;      // link: added one-way delay
+  bool partition = false;       // link: drop everything between the groups
+  bool operator==(const FaultParams&) const = default;
+};
+
+// When (and whether) a killed or preempted node is replaced; durations are seconds of the run.
+struct RestartPolicy {
+  enum class Kind : uint8_t { kNever, kFixed, kExponential };
+  Kind kind = Kind::kNever;
+  double seconds = 0.0;  // fixed delay, or the exponential mean
+  bool operator==(const RestartPolicy&) const = default;
+};
+
+struct Fault {
+  uint64_t id = 0;       // unique within a plan, in plan order
+  std::string name;      // the spec's fault name
+  FaultKind kind = FaultKind::kKill;
+  std::vector<std::string> targets;  // nodes hit; for link: group A
+  std::vector<std::string> peers;    // link only: group B
+  double at_s = 0.0;                 // seconds of the run; with a trigger: seconds after it fires
+  std::optional<ProgressTrigger> trigger;
+  std::optional<double> duration_s;  // pause/slow/link; none = until the run ends
+  FaultParams params;
+  RestartPolicy restart;
+  std::vector<double> restart_delay_s;  // kill/preempt with a restart policy: drawn delay per target
+  bool operator==(const Fault&) const = default;
+};
+
+enum class ActionType : uint8_t {
+  kApply,     // inject (kill: SIGKILL; preempt: SIGTERM notice; pause; slow; link)
+  kEscalate,  // preempt only: the grace period is over, SIGKILL
+  kRevert,    // the fault's duration is over
+  kReplace,   // a killed/preempted node comes back (Cluster::replace)
+};
+const char* actionTypeName(ActionType type);
+
+struct Action {
+  double at_s = 0.0;  // seconds of the run; with a trigger: seconds after the trigger fires
+  ActionType type = ActionType::kApply;
+  uint64_t fault_id = 0;
+  std::string node;
+  std::optional<ProgressTrigger> trigger;
+  bool operator==(const Action&) const = default;
+};
+
+struct Plan {
+  uint64_t seed = 0;
+  double horizon_s = 0.0;
+  std::vector<Fault> faults;    // indexed by Fault::id
+  std::vector<Action> actions;  // timed ones sorted by (at_s, fault_id, type, node); triggered ones after
+  const Fault& fault(uint64_t id) const { return faults.at(id); }
+};
+
+// Sorts actions into plan order: timed actions by (at_s, fault_id, type, node), then triggered ones.
+void sortActions(std::vector<Action>& actions);
+
+// Deterministic renderings of a plan (fixed-point, microsecond resolution): a human table and one JSON
+// object per line. The same plan always renders to the same bytes.
+std::string formatPlanTable(const Plan& plan);
+std::string formatPlanJsonLines(const Plan& plan);
+
+}  // namespace chaosbed::chaos

@@ -1,0 +1,223 @@
+#include "chaos/state.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "chaos/clock.h"
+
+namespace chaosbed::chaos {
+namespace {
+
+std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+Result<std::optional<std::string>> readWhole(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return Status::ioError(path + ": cannot read: " + std::strerror(errno));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return std::optional<std::string>(ss.str());
+}
+
+}  // namespace
+
+Status writeFileAtomic(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::ioError(tmp + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::ioError(tmp + ": write: " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return Status::ioError(path + ": rename: " + std::strerror(e));
+  }
+  return Status::ok();
+}
+
+Status writeState(const std::string& dir, const ChaosState& state) {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["controller_pid"] = state.controller_pid;
+  j["agent_pid"] = state.agent_pid;
+  j["finished"] = state.finished;
+  j["events_path"] = state.events_path;
+  j["entries"] = nlohmann::json::array();
+  for (const StateEntry& e : state.entries) {
+    nlohmann::json je{{"fault_id", e.fault_id}, {"name", e.name}, {"kind", e.kind}, {"node", e.node}};
+    je["heal"] = nlohmann::json::array();
+    for (const HealRecord& r : e.heal) je["heal"].push_back(healToJson(r));
+    j["entries"].push_back(je);
+  }
+  return writeFileAtomic(join(dir, kStateFile), j.dump() + "\n");
+}
+
+Result<std::optional<ChaosState>> readState(const std::string& dir) {
+  const std::string path = join(dir, kStateFile);
+  CHAOSBED_ASSIGN_OR_RETURN(std::optional<std::string> text, readWhole(path));
+  if (!text) return std::optional<ChaosState>();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::dataLoss(path + ": not a JSON object");
+  ChaosState s;
+  try {
+    s.controller_pid = j.value("controller_pid", 0);
+    s.agent_pid = j.value("agent_pid", 0);
+    s.finished = j.value("finished", false);
+    s.events_path = j.value("events_path", std::string());
+    for (const nlohmann::json& je : j.at("entries")) {
+      StateEntry e;
+      e.fault_id = je.at("fault_id");
+      e.name = je.value("name", std::string());
+      e.kind = je.value("kind", std::string());
+      e.node = je.at("node");
+      for (const nlohmann::json& jr : je.at("heal")) {
+        Result<HealRecord> r = healFromJson(jr);
+        if (!r.isOk()) return r.status().withContext(path);
+        e.heal.push_back(*r);
+      }
+      s.entries.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::dataLoss(path + ": malformed state: " + e.what());
+  }
+  return std::optional<ChaosState>(std::move(s));
+}
+
+Status renewLease(const std::string& dir, int64_t monotonic_ns) {
+  return writeFileAtomic(join(dir, kLeaseFile), std::to_string(monotonic_ns) + "\n");
+}
+
+Result<int64_t> readLease(const std::string& dir) {
+  const std::string path = join(dir, kLeaseFile);
+  CHAOSBED_ASSIGN_OR_RETURN(std::optional<std::string> text, readWhole(path));
+  if (!text) return Status::notFound(path + ": no lease");
+  try {
+    return static_cast<int64_t>(std::stoll(*text));
+  } catch (const std::exception&) {
+    return Status::dataLoss(path + ": not a number");
+  }
+}
+
+Result<int> cleanupStale(const std::string& dir, EventLog* log, const std::string& by) {
+  CHAOSBED_ASSIGN_OR_RETURN(std::optional<ChaosState> state, readState(dir));
+  if (!state || state->finished) return 0;
+  std::unique_ptr<EventLog> own_log;
+  if (log == nullptr && !state->events_path.empty()) {
+    Result<std::unique_ptr<EventLog>> opened = EventLog::open(state->events_path);
+    if (opened.isOk()) own_log = std::move(opened).value();
+    log = own_log.get();
+  }
+  int healed = 0;
+  Status first_error;
+  // Newest first: undo in the reverse order of application.
+  for (auto e = state->entries.rbegin(); e != state->entries.rend(); ++e) {
+    for (const HealRecord& r : e->heal) {
+      Status s = heal(r);
+      if (s.isOk()) ++healed;
+      else if (first_error.isOk()) first_error = s;
+      if (log) {
+        nlohmann::json ev{{"type", "chaos.healed"}, {"fault_id", e->fault_id}, {"name", e->name},
+                          {"kind", e->kind}, {"node", e->node}, {"op", healOpName(r.op)}, {"by", by}};
+        if (!s.isOk()) ev["error"] = s.toString();
+        (void)log->append(ev);
+      }
+    }
+  }
+  state->entries.clear();
+  state->finished = true;
+  CHAOSBED_RETURN_IF_ERROR(writeState(dir, *state));
+  if (!first_error.isOk()) return first_error;
+  return healed;
+}
+
+int runAgent(const std::string& dir, const AgentOptions& options) {
+  RealClock& clock = realClock();
+  const auto heal_and_exit = [&](const char* why) {
+    Result<int> r = cleanupStale(dir, nullptr, std::string("agent: ") + why);
+    ::unlink(join(dir, kLeaseFile).c_str());
+    return r.isOk() ? 0 : 4;
+  };
+  bool pipe_open = options.control_fd >= 0;
+  while (true) {
+    if (pipe_open) {
+      pollfd p{options.control_fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(options.poll_interval_s * 1000));
+      if (n > 0) {
+        char buf[64];
+        const ssize_t got = ::read(options.control_fd, buf, sizeof buf);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+          // The controller closed the pipe: it ended normally (state finished) or it died.
+          pipe_open = false;
+          Result<std::optional<ChaosState>> st = readState(dir);
+          if (st.isOk() && (!*st || (*st)->finished)) return 0;
+          return heal_and_exit("controller gone");
+        }
+      }
+    } else {
+      ::usleep(static_cast<useconds_t>(options.poll_interval_s * 1e6));
+    }
+    Result<std::optional<ChaosState>> st = readState(dir);
+    if (st.isOk() && (!*st || (*st)->finished)) return 0;
+    Result<int64_t> lease = readLease(dir);
+    if (lease.isOk() && clock.monotonicNs() - *lease > static_cast<int64_t>(options.lease_timeout_s * 1e9))
+      return heal_and_exit("lease lapsed");
+  }
+}
+
+Result<pid_t> spawnAgent(const std::string& binary, const std::string& dir, double lease_timeout_s, int* control_fd) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::ioError(std::string("agent pipe: ") + std::strerror(errno));
+  const std::string lease_arg = "--agent_lease_timeout_s=" + std::to_string(lease_timeout_s);
+  const std::string log_path = join(dir, "agent.log");
+  std::vector<std::string> argv_s = {binary, "chaos", "agent", "--state", dir, "--control_fd", "3", lease_arg};
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return Status::ioError(std::string("fork agent: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    ::setsid();
+    ::signal(SIGINT, SIG_IGN);  // a Ctrl-C to the controller's terminal must not kill the healer
+    ::dup2(fds[0], 3);          // dup2 clears close-on-exec on the copy
+    const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    if (log_fd >= 0) {
+      ::dup2(log_fd, 1);
+      ::dup2(log_fd, 2);
+    }
+    ::close_range(4, ~0U, 0);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[0]);
+  *control_fd = fds[1];
+  return pid;
+}
+
+}  // namespace chaosbed::chaos

@@ -1,0 +1,106 @@
+#include "core/eval/snapshot_evaluator.h"
+
+#include <algorithm>
+#include <string>
+
+namespace chaosbed::eval {
+
+Result<std::unique_ptr<SnapshotEvaluator>> SnapshotEvaluator::create(std::vector<size_t> layers,
+                                                                     const data::Dataset& test_set,
+                                                                     const EvaluatorOptions& options) {
+  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, model::Mlp::create(std::move(layers), options.eval_batch));
+  if (test_set.size() == 0) return Status::invalidArgument("snapshot evaluator: empty test set");
+  if (test_set.dims != mlp.inputDims() || static_cast<size_t>(test_set.num_classes) > mlp.numClasses()) {
+    return Status::invalidArgument("snapshot evaluator: test set has " + std::to_string(test_set.dims) + " dims and " +
+                                   std::to_string(test_set.num_classes) + " classes; the model takes " +
+                                   std::to_string(mlp.inputDims()) + " and outputs " + std::to_string(mlp.numClasses()));
+  }
+  return std::unique_ptr<SnapshotEvaluator>(new SnapshotEvaluator(std::move(mlp), test_set, options));
+}
+
+SnapshotEvaluator::SnapshotEvaluator(model::Mlp mlp, const data::Dataset& test_set, const EvaluatorOptions& options)
+    : mlp_(std::move(mlp)), test_set_(test_set), options_(options), thread_([this] { run(); }) {}
+
+SnapshotEvaluator::~SnapshotEvaluator() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status SnapshotEvaluator::submit(double time_s, int64_t step, std::vector<float> params) {
+  if (params.size() != mlp_.numParameters()) {
+    return Status::invalidArgument("snapshot evaluator: snapshot has " + std::to_string(params.size()) +
+                                   " parameters, the model " + std::to_string(mlp_.numParameters()));
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (time_s < last_time_s_) {
+      return Status::invalidArgument("snapshot evaluator: snapshot time " + std::to_string(time_s) +
+                                     " s is before the previous one at " + std::to_string(last_time_s_) + " s");
+    }
+    last_time_s_ = time_s;
+    queue_.push_back({time_s, step, std::move(params)});
+  }
+  cv_.notify_all();
+  return Status::ok();
+}
+
+Status SnapshotEvaluator::drain(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; })) {
+    return Status::timeout("snapshot evaluator: " + std::to_string(queue_.size() + (busy_ ? 1 : 0)) +
+                           " snapshots still unevaluated at the deadline");
+  }
+  return error_;
+}
+
+bool SnapshotEvaluator::targetReached() const { return reached_.load(std::memory_order_acquire); }
+
+std::optional<double> SnapshotEvaluator::timeToAccuracy() const {
+  std::lock_guard lock(mu_);
+  return tta_;
+}
+
+std::vector<SnapshotRecord> SnapshotEvaluator::records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+std::optional<SnapshotRecord> SnapshotEvaluator::latest() const {
+  std::lock_guard lock(mu_);
+  if (records_.empty()) return std::nullopt;
+  return records_.back();
+}
+
+void SnapshotEvaluator::run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Pending snapshot = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+
+    std::copy(snapshot.params.begin(), snapshot.params.end(), mlp_.parameters().begin());
+    Result<model::EvalResult> result = mlp_.evaluate(test_set_);
+
+    lock.lock();
+    busy_ = false;
+    if (!result.isOk()) {
+      if (error_.isOk()) error_ = result.status().withContext("snapshot at " + std::to_string(snapshot.time_s) + " s");
+    } else {
+      records_.push_back({snapshot.time_s, snapshot.step, result->accuracy, result->loss});
+      if (!tta_ && result->accuracy >= options_.target_accuracy) {
+        tta_ = snapshot.time_s;
+        reached_.store(true, std::memory_order_release);
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace chaosbed::eval

@@ -1,0 +1,98 @@
+#pragma once
+// SnapshotEvaluator: evaluates parameter snapshots on a held-out set on its own thread, off the training
+// critical path, and derives time-to-accuracy (TTA) as DESIGN.md defines it: the wall time of the FIRST
+// SNAPSHOT whose accuracy reaches the target (the snapshot's time counts, not the time its evaluation ended).
+//
+// Contract
+// - It does not care where parameters come from (a local trainer, a pull from parameter servers, a
+//   checkpoint): submit() takes a time, a step and a copy of the flat parameter buffer (core/model/mlp.h
+//   layout for the layers given at creation).
+// - Snapshots are evaluated in submission order and none is dropped (TTA must see each one); submit()
+//   never blocks. If evaluation is slower than the snapshot interval the queue grows by one parameter copy
+//   per snapshot.
+// - All methods are thread-safe. The held-out dataset must outlive the evaluator. The destructor finishes
+//   the evaluation in progress (bounded: one pass over the dataset) and discards the rest of the queue.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "core/model/mlp.h"
+#include "transports/status.h"
+#include "transports/transport.h"
+
+namespace chaosbed::eval {
+
+struct SnapshotRecord {
+  double time_s = 0;  // wall seconds since the start of training when the snapshot was taken
+  int64_t step = 0;
+  double accuracy = 0;
+  double loss = 0;
+};
+
+struct EvaluatorOptions {
+  double target_accuracy = 0.85;
+  size_t eval_batch = 1000;  // samples per forward pass
+};
+
+class SnapshotEvaluator {
+ public:
+  // InvalidArgument if the layers or eval_batch are unusable, or the dataset does not fit the model.
+  static Result<std::unique_ptr<SnapshotEvaluator>> create(std::vector<size_t> layers, const data::Dataset& test_set,
+                                                           const EvaluatorOptions& options);
+  ~SnapshotEvaluator();
+  SnapshotEvaluator(const SnapshotEvaluator&) = delete;
+  SnapshotEvaluator& operator=(const SnapshotEvaluator&) = delete;
+
+  // Queues a snapshot and returns at once. InvalidArgument if params has the wrong size or time_s is
+  // earlier than the previous snapshot's.
+  Status submit(double time_s, int64_t step, std::vector<float> params);
+
+  // Waits until every submitted snapshot is evaluated. Timeout if the deadline passes first; the first
+  // evaluation error otherwise (sticky), else OK.
+  Status drain(Deadline deadline);
+
+  // True once some snapshot reached the target. Cheap; safe to poll every training step.
+  bool targetReached() const;
+  // The time of the first snapshot that reached the target, if any has.
+  std::optional<double> timeToAccuracy() const;
+  // Evaluated snapshots so far, in order.
+  std::vector<SnapshotRecord> records() const;
+  std::optional<SnapshotRecord> latest() const;
+  double targetAccuracy() const { return options_.target_accuracy; }
+
+ private:
+  SnapshotEvaluator(model::Mlp mlp, const data::Dataset& test_set, const EvaluatorOptions& options);
+  void run();
+
+  struct Pending {
+    double time_s;
+    int64_t step;
+    std::vector<float> params;
+  };
+
+  model::Mlp mlp_;  // used by the evaluation thread only
+  const data::Dataset& test_set_;
+  const EvaluatorOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;               // guarded by mu_
+  std::vector<SnapshotRecord> records_;     // guarded by mu_
+  std::optional<double> tta_;               // guarded by mu_
+  Status error_;                            // guarded by mu_
+  double last_time_s_ = 0;                  // guarded by mu_
+  bool busy_ = false;                       // guarded by mu_: a snapshot is being evaluated
+  bool stop_ = false;                       // guarded by mu_
+  std::atomic<bool> reached_{false};
+  std::thread thread_;
+};
+
+}  // namespace chaosbed::eval

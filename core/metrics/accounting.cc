@@ -1,0 +1,155 @@
+#include "core/metrics/accounting.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace chaosbed {
+
+const char* timeCategoryName(TimeCategory c) {
+  switch (c) {
+    case TimeCategory::kCompute: return "compute";
+    case TimeCategory::kTransfer: return "transfer";
+    case TimeCategory::kIdlePeer: return "peer";
+    case TimeCategory::kIdleServer: return "server";
+    case TimeCategory::kIdleRecovery: return "recovery";
+  }
+  return "unknown";
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (v <= bounds[i]) ++counts[i];
+  ++counts.back();
+  sum += v;
+  ++count;
+}
+
+nlohmann::json Histogram::toJson() const {
+  return {{"bounds", bounds}, {"counts", counts}, {"sum", sum}, {"count", count}};
+}
+
+Histogram Histogram::fromJson(const nlohmann::json& j) {
+  Histogram h(j.at("bounds").get<std::vector<double>>());
+  h.counts = j.at("counts").get<std::vector<uint64_t>>();
+  h.sum = j.at("sum").get<double>();
+  h.count = j.at("count").get<uint64_t>();
+  if (h.counts.size() != h.bounds.size() + 1) h.counts.resize(h.bounds.size() + 1, h.count);
+  return h;
+}
+
+void Histogram::merge(const Histogram& other) {
+  if (other.bounds != bounds) return;  // different layouts never mix
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] += other.counts[i];
+  sum += other.sum;
+  count += other.count;
+}
+
+static std::vector<double> geometric(double first, double factor, int n) {
+  std::vector<double> b;
+  for (int i = 0; i < n; ++i) b.push_back(first * std::pow(factor, i));
+  return b;
+}
+
+Histogram stepSecondsHistogram() { return Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}); }
+Histogram stalenessHistogram() {
+  std::vector<double> b{0};
+  for (double v : geometric(1, 2, 11)) b.push_back(v);  // 1 .. 1024
+  return Histogram(b);
+}
+Histogram recoverySecondsHistogram() { return Histogram({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}); }
+
+double NodeStats::idleSeconds() const {
+  return seconds[int(TimeCategory::kIdlePeer)] + seconds[int(TimeCategory::kIdleServer)] +
+         seconds[int(TimeCategory::kIdleRecovery)];
+}
+
+double NodeStats::busySeconds() const {
+  return seconds[int(TimeCategory::kCompute)] + seconds[int(TimeCategory::kTransfer)] + idleSeconds();
+}
+
+nlohmann::json NodeStats::toJson() const {
+  nlohmann::json secs;
+  for (int c = 0; c < kTimeCategories; ++c) secs[timeCategoryName(TimeCategory(c))] = seconds[c];
+  return {{"seconds", secs},
+          {"steps", steps},
+          {"samples", samples},
+          {"samples_lost", samples_lost},
+          {"checkpoints_written", checkpoints_written},
+          {"checkpoint_failures", checkpoint_failures},
+          {"recoveries", recoveries},
+          {"step_seconds", step_seconds.toJson()},
+          {"staleness", staleness.toJson()},
+          {"recovery_seconds", recovery_seconds.toJson()}};
+}
+
+NodeStats NodeStats::fromJson(const nlohmann::json& j) {
+  NodeStats s;
+  for (int c = 0; c < kTimeCategories; ++c)
+    s.seconds[c] = j.at("seconds").value(timeCategoryName(TimeCategory(c)), 0.0);
+  s.steps = j.value("steps", int64_t{0});
+  s.samples = j.value("samples", int64_t{0});
+  s.samples_lost = j.value("samples_lost", int64_t{0});
+  s.checkpoints_written = j.value("checkpoints_written", int64_t{0});
+  s.checkpoint_failures = j.value("checkpoint_failures", int64_t{0});
+  s.recoveries = j.value("recoveries", int64_t{0});
+  if (j.contains("step_seconds")) s.step_seconds = Histogram::fromJson(j["step_seconds"]);
+  if (j.contains("staleness")) s.staleness = Histogram::fromJson(j["staleness"]);
+  if (j.contains("recovery_seconds")) s.recovery_seconds = Histogram::fromJson(j["recovery_seconds"]);
+  return s;
+}
+
+void NodeStats::merge(const NodeStats& o) {
+  for (int c = 0; c < kTimeCategories; ++c) seconds[c] += o.seconds[c];
+  steps += o.steps;
+  samples += o.samples;
+  samples_lost += o.samples_lost;
+  checkpoints_written += o.checkpoints_written;
+  checkpoint_failures += o.checkpoint_failures;
+  recoveries += o.recoveries;
+  step_seconds.merge(o.step_seconds);
+  staleness.merge(o.staleness);
+  recovery_seconds.merge(o.recovery_seconds);
+}
+
+void Accounting::add(TimeCategory category, double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.seconds[int(category)] += std::max(0.0, seconds);
+}
+
+void Accounting::step(int64_t samples, double step_seconds) {
+  std::lock_guard lock(mu_);
+  ++stats_.steps;
+  stats_.samples += samples;
+  stats_.step_seconds.observe(step_seconds);
+}
+
+void Accounting::rollback(int64_t samples_lost) {
+  std::lock_guard lock(mu_);
+  stats_.samples_lost += samples_lost;
+}
+
+void Accounting::staleness(int64_t updates) {
+  std::lock_guard lock(mu_);
+  stats_.staleness.observe(double(updates));
+}
+
+void Accounting::recovery(double seconds) {
+  std::lock_guard lock(mu_);
+  ++stats_.recoveries;
+  stats_.recovery_seconds.observe(seconds);
+}
+
+void Accounting::checkpoint(bool ok) {
+  std::lock_guard lock(mu_);
+  ++(ok ? stats_.checkpoints_written : stats_.checkpoint_failures);
+}
+
+NodeStats Accounting::snapshot() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace chaosbed

@@ -1,0 +1,146 @@
+#include "core/strategies/evaluator.h"
+
+#include <glog/logging.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/eval/snapshot_evaluator.h"
+#include "core/strategies/tags.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace std::chrono_literals;
+
+size_t parameterCount(const std::vector<int>& layers) {
+  size_t n = 0;
+  for (size_t l = 0; l + 1 < layers.size(); ++l) n += size_t(layers[l]) * size_t(layers[l + 1]) + size_t(layers[l + 1]);
+  return n;
+}
+
+// The shards of one parameter-server tick, as they arrive.
+struct TickAssembly {
+  std::vector<float> params;
+  std::set<int64_t> offsets;  // shards already placed (a restarted server may resend a tick)
+  size_t covered = 0;
+  int64_t latest_ns = 0;
+  int64_t updates = 0;
+};
+
+class Evaluator {
+ public:
+  Evaluator(NodeContext& ctx, std::unique_ptr<eval::SnapshotEvaluator> evaluator, size_t params)
+      : ctx_(ctx), evaluator_(std::move(evaluator)), params_(params),
+        whole_(snapshotMessageBytes(params)), shard_(sizeof(ShardSnapshotHeader) + params * sizeof(float)) {}
+
+  Status run() {
+    postWhole();
+    postShard();
+    while (!ctx_.control.stopRequested()) {
+      ctx_.transport.progress(deadlineIn(100ms));
+      if (whole_req_->isComplete()) {
+        if (whole_req_->status().isOk()) onWhole();
+        postWhole();
+      }
+      if (shard_req_->isComplete()) {
+        if (shard_req_->status().isOk()) onShard();
+        postShard();
+      }
+      publish();
+    }
+    whole_req_->cancel();
+    shard_req_->cancel();
+    if (Status s = evaluator_->drain(deadlineIn(10s)); !s.isOk()) LOG(WARNING) << "evaluator: " << s.toString();
+    publish();
+    return Status::ok();
+  }
+
+ private:
+  void postWhole() { whole_req_ = ctx_.transport.irecv(kAnyPeer, kSnapshotTag, whole_); }
+  void postShard() { shard_req_ = ctx_.transport.irecv(kAnyPeer, kShardSnapshotTag, shard_); }
+
+  double secondsSinceStart(int64_t realtime_ns) const {
+    return double(realtime_ns - ctx_.control.startNs()) * 1e-9;
+  }
+
+  void submit(double time_s, int64_t step, std::vector<float> params) {
+    if (time_s <= last_time_s_) return;  // a late snapshot from a former lowest member
+    last_time_s_ = time_s;
+    if (Status s = evaluator_->submit(time_s, step, std::move(params)); !s.isOk())
+      LOG(WARNING) << "evaluator: snapshot refused: " << s.toString();
+  }
+
+  void onWhole() {
+    SnapshotHeader h;
+    std::memcpy(&h, whole_.data(), sizeof h);
+    if (size_t(h.param_count) != params_ ||
+        whole_req_->receivedBytes() != snapshotMessageBytes(params_)) {
+      LOG(WARNING) << "evaluator: snapshot from rank " << whole_req_->source() << " has " << h.param_count
+                   << " parameters, expected " << params_;
+      return;
+    }
+    std::vector<float> params(params_);
+    std::memcpy(params.data(), whole_.data() + sizeof h, params_ * sizeof(float));
+    submit(secondsSinceStart(h.realtime_ns), h.step, std::move(params));
+  }
+
+  void onShard() {
+    ShardSnapshotHeader h;
+    std::memcpy(&h, shard_.data(), sizeof h);
+    if (h.offset < 0 || h.count <= 0 || size_t(h.offset + h.count) > params_ ||
+        shard_req_->receivedBytes() != sizeof h + size_t(h.count) * sizeof(float)) {
+      LOG(WARNING) << "evaluator: malformed shard snapshot from rank " << shard_req_->source();
+      return;
+    }
+    if (h.tick <= completed_tick_) return;
+    TickAssembly& a = ticks_[h.tick];
+    if (a.params.empty()) a.params.resize(params_);
+    if (!a.offsets.insert(h.offset).second) return;
+    std::memcpy(a.params.data() + h.offset, shard_.data() + sizeof h, size_t(h.count) * sizeof(float));
+    a.covered += size_t(h.count);
+    a.latest_ns = std::max(a.latest_ns, h.realtime_ns);
+    a.updates = std::max(a.updates, h.updates);
+    if (a.covered < params_) {
+      while (ticks_.size() > 8) ticks_.erase(ticks_.begin());  // a dead server leaves ticks incomplete
+      return;
+    }
+    completed_tick_ = h.tick;
+    TickAssembly done = std::move(a);
+    ticks_.erase(ticks_.begin(), ticks_.upper_bound(h.tick));
+    submit(secondsSinceStart(done.latest_ns), done.updates, std::move(done.params));
+  }
+
+  void publish() {
+    auto records = evaluator_->records();
+    for (; published_ < records.size(); ++published_) {
+      const auto& r = records[published_];
+      (void)ctx_.control.event("eval", {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy},
+                                        {"loss", r.loss}});
+    }
+  }
+
+  NodeContext& ctx_;
+  std::unique_ptr<eval::SnapshotEvaluator> evaluator_;
+  const size_t params_;
+  std::vector<std::byte> whole_, shard_;
+  RequestPtr whole_req_, shard_req_;
+  std::map<int64_t, TickAssembly> ticks_;
+  int64_t completed_tick_ = -1;
+  double last_time_s_ = -1;
+  size_t published_ = 0;
+};
+
+}  // namespace
+
+Status runEvaluator(NodeContext& ctx) {
+  if (!ctx.data) return Status::invalidArgument("evaluator: no test set loaded");
+  std::vector<size_t> layers(ctx.config.layers.begin(), ctx.config.layers.end());
+  eval::EvaluatorOptions options;
+  options.target_accuracy = ctx.config.target_accuracy;
+  CHAOSBED_ASSIGN_OR_RETURN(auto evaluator, eval::SnapshotEvaluator::create(layers, ctx.data->test, options));
+  return Evaluator(ctx, std::move(evaluator), parameterCount(ctx.config.layers)).run();
+}
+
+}  // namespace chaosbed

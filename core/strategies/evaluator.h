@@ -1,0 +1,18 @@
+#pragma once
+// The evaluator role: receives parameter snapshots and measures test accuracy off the training critical
+// path (DESIGN.md: TTA counts the snapshot's time, not the evaluation's).
+// - mirrored: the lowest live worker sends whole-model snapshots (kSnapshotTag, core/strategies/tags.h);
+// - parameter_server: every server sends its shard at each tick (kShardSnapshotTag); the evaluator
+//   assembles the shards of a tick and evaluates the tick once every shard has arrived (a tick left
+//   incomplete by a dead server is dropped when a later tick completes).
+// Every evaluated snapshot becomes an "eval" control event {snapshot_t, step, accuracy, loss}, which the
+// controller turns into the time series, TTA and the stop decision. The role runs until the controller
+// says stop, then evaluates what it already holds (bounded) and returns.
+
+#include "core/strategies/strategy.h"
+
+namespace chaosbed {
+
+Status runEvaluator(NodeContext& ctx);
+
+}  // namespace chaosbed

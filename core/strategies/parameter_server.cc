@@ -1,0 +1,568 @@
+// Parameter server protocol (all messages point to point over ctx.transport, tags in tags.h):
+//
+//   worker -> server s   tag kPsRequestTag        PsRequestHeader [+ count gradient floats of shard s]
+//   server -> worker     tag psReplyTag(seq)      PsReplyHeader + count parameter floats of shard s
+//
+// A worker step: compute the gradient on its own data shard, then send every server its slice of the
+// gradient (kPushPull) and receive the shard's fresh parameters in the reply: one round trip per shard per
+// step, all shards in flight at once. A new or replacement worker starts with kPull (no gradient).
+// Servers apply each push at once (async SGD with momentum). Bounded staleness (max_staleness s > 0): a
+// reply is held until the slowest live worker is at most s pushes behind the requester (SSP); s = 0 is a
+// synchronous parameter server: the server averages the gradients of one round from every live worker and
+// applies them once, then answers everyone (the update mirrored would make).
+//
+// Time accounting on the worker: the server reports how long it held the request for the staleness bound
+// (idle, reason peer) and how long it spent serving it (idle, reason server: a slow or busy server); the
+// rest of the round trip is transfer. A lost server (PeerLost) is idle, reason server, plus recovery until
+// its replacement answers; the step's gradient for that shard is dropped.
+//
+// Servers snapshot their shard for the evaluator at every eval tick (tags.h kShardSnapshotTag) and
+// checkpoint it every checkpoint_interval_s; a replacement server restores its latest good checkpoint and
+// accounts the updates it lost as rolled-back samples (batch_per_worker / shards per lost update).
+
+#include "core/strategies/parameter_server.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/data/batches.h"
+#include "core/model/mlp.h"
+#include "core/optim/sgd.h"
+#include "core/strategies/tags.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace std::chrono_literals;
+using optim::Sgd;
+using optim::SgdOptions;
+
+enum class PsOp : uint32_t { kPull = 1, kPushPull = 2 };
+
+struct PsRequestHeader {
+  uint32_t op = 0;
+  uint32_t incarnation = 0;  // the worker's (launcher) incarnation: a larger one means a replacement
+  int64_t seq = 0;           // echoed in the reply's tag
+  int64_t pulled_version = 0;
+  int64_t samples = 0;       // samples behind the gradient
+  int64_t count = 0;         // gradient floats that follow
+};
+static_assert(sizeof(PsRequestHeader) == 40);
+
+struct PsReplyHeader {
+  int64_t version = 0;       // updates applied to the shard
+  int64_t staleness = 0;     // updates between the worker's pull and the application of its push
+  int64_t bound_wait_ns = 0; // held for the staleness bound / the synchronous round (waiting for peers)
+  int64_t service_ns = 0;    // from arrival to reply, minus bound_wait_ns
+  int64_t count = 0;         // parameter floats that follow
+};
+static_assert(sizeof(PsReplyHeader) == 40);
+
+constexpr Tag kPsRequestTag = strategyTag(StrategyMessage::kPsRequest, 0, 0);
+Tag psReplyTag(int64_t seq) { return strategyTag(StrategyMessage::kPsReply, 0, seq); }
+
+struct ShardRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+// Contiguous, balanced slices of the flat parameter buffer.
+std::vector<ShardRange> shardRanges(size_t params, int shards) {
+  std::vector<ShardRange> r(static_cast<size_t>(shards));
+  size_t offset = 0;
+  for (int s = 0; s < shards; ++s) {
+    size_t count = params / size_t(shards) + (size_t(s) < params % size_t(shards) ? 1 : 0);
+    r[size_t(s)] = {offset, count};
+    offset += count;
+  }
+  return r;
+}
+
+int64_t monoNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count(); }
+double seconds(int64_t ns) { return double(ns) * 1e-9; }
+
+Deadline collectiveDeadline(const NodeContext& ctx) {
+  return deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(ctx.config.collective_timeout_s)));
+}
+
+bool timeUp(const NodeContext& ctx) {
+  return ctx.control.stopRequested() || ctx.control.elapsed() >= ctx.config.time_limit_s;
+}
+
+Result<model::Mlp> makeModel(const NodeContext& ctx, size_t max_batch) {
+  std::vector<size_t> layers(ctx.config.layers.begin(), ctx.config.layers.end());
+  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, model::Mlp::create(layers, max_batch));
+  mlp.initialize(ctx.config.seed);
+  return mlp;
+}
+
+// ---------------------------------------------------------------------------------------------- server
+
+class PsServer {
+ public:
+  PsServer(NodeContext& ctx, int shard, ShardRange range, Sgd sgd, std::vector<float> params)
+      : ctx_(ctx), shard_(shard), range_(range), sgd_(std::move(sgd)), params_(std::move(params)),
+        request_buf_(sizeof(PsRequestHeader) + range.count * sizeof(float)),
+        round_sum_(range.count, 0.0f), clocks_(size_t(ctx.workers), 0), incarnations_(size_t(ctx.workers), 0),
+        pulled_(size_t(ctx.workers), 0), snapshot_(sizeof(ShardSnapshotHeader) + range.count * sizeof(float)) {}
+
+  Status run();
+
+ private:
+  struct Pending {
+    int worker = 0;
+    int64_t seq = 0;
+    int64_t pulled_version = 0;
+    int64_t arrived_ns = 0;   // monotonic
+    int64_t applied_version = 0;
+    int64_t bound_since_ns = 0;  // when it started waiting for peers
+    int64_t clock = 0;           // the worker's clock after this request
+  };
+
+  Status restore();
+  void onRequest(int worker);
+  bool live(int worker) const { return ctx_.transport.peerStatus(worker).isOk(); }
+  int64_t minLiveClock() const;
+  void releaseReady();
+  void reply(const Pending& p, int64_t bound_wait_ns);
+  void applyRound();
+  void maybeSnapshot();
+  void maybeCheckpoint(bool force);
+  void publishApplied();
+
+  NodeContext& ctx_;
+  const int shard_;
+  const ShardRange range_;
+  Sgd sgd_;
+  std::vector<float> params_;
+  std::vector<std::byte> request_buf_;
+  RequestPtr request_;
+  int64_t version_ = 0;
+  int64_t checkpoint_version_ = 0;
+  std::vector<float> round_sum_;  // synchronous mode: gradients of the current round
+  int round_contributions_ = 0;
+  int64_t round_samples_ = 0;
+  std::vector<int64_t> clocks_;        // pushes received from each worker by this incarnation
+  std::vector<uint32_t> incarnations_; // the newest incarnation seen per worker
+  std::vector<int64_t> pulled_;
+  std::deque<Pending> held_;           // replies waiting for the staleness bound / the round
+  uint64_t failures_seen_ = 0;
+  std::vector<std::byte> snapshot_;
+  RequestPtr snapshot_req_;
+  int64_t last_tick_ = -1;
+  std::optional<CheckpointDir> checkpoints_;
+  std::unique_ptr<AsyncCheckpointWriter> writer_;
+  SteadyClock::time_point next_checkpoint_;
+  SteadyClock::time_point next_publish_;
+};
+
+Status PsServer::restore() {
+  CHAOSBED_ASSIGN_OR_RETURN(CheckpointDir dir, CheckpointDir::open(ctx_.checkpoint_dir + "/ps-" + std::to_string(shard_), 3));
+  checkpoints_ = dir;
+  auto loaded = dir.loadLatestGood();
+  if (loaded.isOk()) {
+    const TrainingState& st = loaded->state;
+    if (st.params.size() != range_.count || st.optimizer.size() != 1 || st.optimizer[0].size() != range_.count)
+      return Status::dataLoss(loaded->path + ": checkpoint does not fit shard " + std::to_string(shard_));
+    params_ = st.params;
+    std::copy(st.optimizer[0].begin(), st.optimizer[0].end(), sgd_.velocity().begin());
+    version_ = checkpoint_version_ = int64_t(st.step);
+    for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
+    // Updates the previous incarnation applied after this checkpoint are lost.
+    auto applied = ctx_.control.store().get(ctx_.control.key("ps/" + std::to_string(shard_) + "/applied"), deadlineIn(1s));
+    if (applied.isOk()) {
+      const int64_t lost_updates = std::max<int64_t>(0, std::stoll(*applied) - version_);
+      const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
+      ctx_.accounting.rollback(lost);
+      (void)ctx_.control.event("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},
+                                            {"samples_lost", lost}});
+    }
+    (void)ctx_.control.event("restored", {{"shard", shard_}, {"version", version_}, {"path", loaded->path}});
+  } else if (loaded.status().code() != StatusCode::kNotFound) {
+    return loaded.status();
+  }
+  writer_ = std::make_unique<AsyncCheckpointWriter>(*checkpoints_);
+  return Status::ok();
+}
+
+int64_t PsServer::minLiveClock() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int w = 0; w < ctx_.workers; ++w)
+    if (live(w) && incarnations_[size_t(w)] > 0) m = std::min(m, clocks_[size_t(w)]);
+  return m;
+}
+
+void PsServer::reply(const Pending& p, int64_t bound_wait_ns) {
+  PsReplyHeader h;
+  h.version = version_;
+  h.staleness = std::max<int64_t>(0, p.applied_version - p.pulled_version);
+  h.bound_wait_ns = bound_wait_ns;
+  h.service_ns = std::max<int64_t>(0, monoNs() - p.arrived_ns - bound_wait_ns);
+  h.count = int64_t(range_.count);
+  std::vector<std::byte> msg(sizeof h + range_.count * sizeof(float));
+  std::memcpy(msg.data(), &h, sizeof h);
+  std::memcpy(msg.data() + sizeof h, params_.data(), range_.count * sizeof(float));
+  pulled_[size_t(p.worker)] = version_;
+  // Replies are small next to a step; a dead worker's reply fails at once and is dropped.
+  Status s = send(ctx_.transport, p.worker, psReplyTag(p.seq), msg, deadlineIn(5s));
+  if (!s.isOk()) VLOG(1) << "ps-" << shard_ << ": reply to worker " << p.worker << ": " << s.toString();
+}
+
+void PsServer::applyRound() {
+  if (round_contributions_ == 0) return;
+  Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+  (void)sgd_.apply(params_, round_sum_, 1.0f / float(round_contributions_));
+  std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
+  ctx_.accounting.step(round_samples_, 0);
+  round_contributions_ = 0;
+  round_samples_ = 0;
+  ++version_;
+}
+
+void PsServer::releaseReady() {
+  const auto& bound = ctx_.strategy.max_staleness;
+  if (!bound) return;
+  if (*bound == 0) {
+    // Synchronous: the round is complete when every live worker has pushed it (a worker that died mid-round
+    // leaves it; the round completes with the others).
+    if (held_.empty()) return;
+    const int64_t round = held_.front().clock;
+    bool complete = true;
+    for (int w = 0; w < ctx_.workers; ++w)
+      if (live(w) && incarnations_[size_t(w)] > 0 && clocks_[size_t(w)] < round) complete = false;
+    if (!complete) return;
+    applyRound();
+    const int64_t now = monoNs();
+    for (auto& p : held_) {
+      p.applied_version = version_ - 1;
+      reply(p, now - p.bound_since_ns);
+    }
+    held_.clear();
+    return;
+  }
+  const int64_t min_clock = minLiveClock();
+  const int64_t now = monoNs();
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!live(it->worker)) {
+      it = held_.erase(it);
+    } else if (it->clock - min_clock <= *bound) {
+      reply(*it, now - it->bound_since_ns);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PsServer::onRequest(int worker) {
+  const int64_t arrived = monoNs();
+  PsRequestHeader h;
+  std::memcpy(&h, request_buf_.data(), sizeof h);
+  const size_t expected = h.op == uint32_t(PsOp::kPushPull) ? range_.count : 0;
+  if (worker < 0 || worker >= ctx_.workers || size_t(h.count) != expected ||
+      request_->receivedBytes() != sizeof h + expected * sizeof(float)) {
+    LOG(WARNING) << "ps-" << shard_ << ": malformed request from rank " << worker << " (op " << h.op << ", "
+                 << h.count << " floats, " << request_->receivedBytes() << " bytes)";
+    return;
+  }
+  if (h.incarnation > incarnations_[size_t(worker)]) {
+    // A new (or replacement) worker: talk to its current process, and let it start level with the others.
+    if (incarnations_[size_t(worker)] > 0 || !ctx_.transport.peerStatus(worker).isOk()) {
+      if (Status s = ctx_.transport.reconnect(worker, deadlineIn(10s)); !s.isOk()) {
+        LOG(WARNING) << "ps-" << shard_ << ": reconnect to worker " << worker << ": " << s.toString();
+        return;
+      }
+    }
+    incarnations_[size_t(worker)] = h.incarnation;
+    int64_t level = 0;
+    bool any = false;
+    for (int w = 0; w < ctx_.workers; ++w)
+      if (w != worker && live(w) && incarnations_[size_t(w)] > 0) {
+        level = any ? std::min(level, clocks_[size_t(w)]) : clocks_[size_t(w)];
+        any = true;
+      }
+    clocks_[size_t(worker)] = any ? level : 0;
+  }
+  Pending p;
+  p.worker = worker;
+  p.seq = h.seq;
+  p.pulled_version = h.pulled_version;
+  p.arrived_ns = arrived;
+  p.bound_since_ns = arrived;
+  p.applied_version = version_;
+  if (h.op == uint32_t(PsOp::kPushPull)) {
+    std::span<const float> grad(reinterpret_cast<const float*>(request_buf_.data() + sizeof h), range_.count);
+    const auto& bound = ctx_.strategy.max_staleness;
+    if (bound && *bound == 0) {
+      Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+      for (size_t i = 0; i < range_.count; ++i) round_sum_[i] += grad[i];
+      ++round_contributions_;
+      round_samples_ += h.samples;
+    } else {
+      Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+      (void)sgd_.apply(params_, grad);
+      ++version_;
+      ctx_.accounting.step(h.samples, 0);
+    }
+    ++clocks_[size_t(worker)];
+  }
+  p.clock = clocks_[size_t(worker)];
+  if (!ctx_.strategy.max_staleness || h.op == uint32_t(PsOp::kPull)) {
+    reply(p, 0);
+    return;
+  }
+  held_.push_back(p);
+  releaseReady();
+}
+
+void PsServer::maybeSnapshot() {
+  const int64_t tick = int64_t(ctx_.control.elapsed() / ctx_.config.eval_interval_s);
+  if (tick <= last_tick_ || (snapshot_req_ && !snapshot_req_->isComplete())) return;
+  last_tick_ = tick;
+  ShardSnapshotHeader h;
+  h.tick = tick;
+  h.realtime_ns = realtimeNs();
+  h.offset = int64_t(range_.offset);
+  h.count = int64_t(range_.count);
+  h.updates = version_;
+  std::memcpy(snapshot_.data(), &h, sizeof h);
+  std::memcpy(snapshot_.data() + sizeof h, params_.data(), range_.count * sizeof(float));
+  snapshot_req_ = ctx_.transport.isend(ctx_.evaluatorRank(), kShardSnapshotTag, snapshot_);
+}
+
+void PsServer::publishApplied() {
+  (void)ctx_.control.store().set(ctx_.control.key("ps/" + std::to_string(shard_) + "/applied"), std::to_string(version_));
+}
+
+void PsServer::maybeCheckpoint(bool force) {
+  const auto now = SteadyClock::now();
+  if (now >= next_publish_) {
+    publishApplied();
+    next_publish_ = now + 250ms;
+  }
+  if (!force && now < next_checkpoint_) return;
+  next_checkpoint_ = now + std::chrono::duration_cast<SteadyClock::duration>(
+                               std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
+  if (version_ == checkpoint_version_ && !force) return;
+  TrainingState st;
+  st.params = params_;
+  st.optimizer.emplace_back(sgd_.velocity().begin(), sgd_.velocity().end());
+  st.step = uint64_t(version_);
+  st.metadata = {{"strategy", "parameter_server"}, {"shard", std::to_string(shard_)},
+                 {"offset", std::to_string(range_.offset)}};
+  writer_->submit(std::move(st));
+  checkpoint_version_ = version_;
+  ctx_.accounting.checkpoint(true);
+  (void)ctx_.control.event("checkpoint", {{"shard", shard_}, {"version", version_}});
+}
+
+Status PsServer::run() {
+  CHAOSBED_RETURN_IF_ERROR(restore());
+  next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                              std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
+  request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
+  while (!ctx_.control.stopRequested()) {
+    ctx_.transport.progress(deadlineIn(20ms));
+    if (request_->isComplete()) {
+      if (request_->status().isOk()) onRequest(request_->source());
+      request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
+    }
+    if (uint64_t f = ctx_.transport.failureCount(); f != failures_seen_) {
+      failures_seen_ = f;
+      releaseReady();  // a dead worker no longer holds the others back
+    }
+    maybeSnapshot();
+    maybeCheckpoint(false);
+  }
+  request_->cancel();
+  maybeCheckpoint(true);
+  publishApplied();
+  return writer_->flush(deadlineIn(10s));
+}
+
+// ---------------------------------------------------------------------------------------------- worker
+
+class PsWorker {
+ public:
+  PsWorker(NodeContext& ctx, model::Mlp mlp, std::vector<ShardRange> ranges, data::BatchIterator batches)
+      : ctx_(ctx), mlp_(std::move(mlp)), ranges_(std::move(ranges)), batches_(std::move(batches)),
+        pulled_(ranges_.size(), 0) {
+    for (const auto& r : ranges_) {
+      requests_.emplace_back(sizeof(PsRequestHeader) + r.count * sizeof(float));
+      replies_.emplace_back(sizeof(PsReplyHeader) + r.count * sizeof(float));
+    }
+  }
+
+  Status run();
+
+ private:
+  // One round trip with every server; gradients when push. PeerLost of a server is returned.
+  Status exchange(bool push, int64_t samples);
+  // PeerLost of a server: wait for its replacement; Timeout (a paused or overloaded server): try again.
+  Status awaitServer(const Status& why);
+  static bool recoverable(const Status& s) {
+    return s.code() == StatusCode::kPeerLost || s.code() == StatusCode::kTimeout || s.code() == StatusCode::kAborted;
+  }
+
+  NodeContext& ctx_;
+  model::Mlp mlp_;
+  std::vector<ShardRange> ranges_;
+  data::BatchIterator batches_;
+  std::vector<int64_t> pulled_;
+  std::vector<std::vector<std::byte>> requests_, replies_;
+  int64_t seq_ = 0;
+  std::optional<double> recovering_since_;
+};
+
+Status PsWorker::exchange(bool push, int64_t samples) {
+  const int shards = int(ranges_.size());
+  std::vector<RequestPtr> ops;
+  const int64_t seq = ++seq_;
+  const auto start = SteadyClock::now();
+  for (int s = 0; s < shards; ++s) {
+    PsRequestHeader h;
+    h.op = uint32_t(push ? PsOp::kPushPull : PsOp::kPull);
+    h.incarnation = uint32_t(std::max(1, ctx_.control.incarnation()));
+    h.seq = seq;
+    h.pulled_version = pulled_[size_t(s)];
+    h.samples = push ? samples : 0;
+    h.count = push ? int64_t(ranges_[size_t(s)].count) : 0;
+    auto& buf = requests_[size_t(s)];
+    std::memcpy(buf.data(), &h, sizeof h);
+    size_t bytes = sizeof h;
+    if (push) {
+      std::memcpy(buf.data() + sizeof h, mlp_.gradients().data() + ranges_[size_t(s)].offset,
+                  ranges_[size_t(s)].count * sizeof(float));
+      bytes += ranges_[size_t(s)].count * sizeof(float);
+    }
+    ops.push_back(ctx_.transport.irecv(ctx_.serverRank(s), psReplyTag(seq), replies_[size_t(s)]));
+    ops.push_back(ctx_.transport.isend(ctx_.serverRank(s), kPsRequestTag, std::span(buf.data(), bytes)));
+  }
+  Status st = waitAll(ctx_.transport, ops, collectiveDeadline(ctx_));
+  const double total = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  if (!st.isOk()) {
+    ctx_.accounting.add(TimeCategory::kIdleServer, total);
+    return st;
+  }
+  int64_t bound_ns = 0, service_ns = 0, staleness = 0;
+  for (int s = 0; s < shards; ++s) {
+    PsReplyHeader h;
+    std::memcpy(&h, replies_[size_t(s)].data(), sizeof h);
+    if (size_t(h.count) != ranges_[size_t(s)].count)
+      return Status::internal("ps-" + std::to_string(s) + " replied with " + std::to_string(h.count) + " parameters");
+    std::memcpy(mlp_.parameters().data() + ranges_[size_t(s)].offset, replies_[size_t(s)].data() + sizeof h,
+                ranges_[size_t(s)].count * sizeof(float));
+    pulled_[size_t(s)] = h.version;
+    bound_ns = std::max(bound_ns, h.bound_wait_ns);
+    service_ns = std::max(service_ns, h.service_ns);
+    staleness = std::max(staleness, h.staleness);
+  }
+  const double idle_peer = std::min(total, seconds(bound_ns));
+  const double idle_server = std::min(total - idle_peer, seconds(service_ns));
+  ctx_.accounting.add(TimeCategory::kIdlePeer, idle_peer);
+  ctx_.accounting.add(TimeCategory::kIdleServer, idle_server);
+  ctx_.accounting.add(TimeCategory::kTransfer, total - idle_peer - idle_server);
+  if (push) ctx_.accounting.staleness(staleness);
+  return Status::ok();
+}
+
+// Waits (idle, reason server) until every lost shard's replacement is reachable.
+Status PsWorker::awaitServer(const Status& why) {
+  if (!recovering_since_) {
+    recovering_since_ = ctx_.control.elapsed();
+    (void)ctx_.control.event("failure_detected", {{"lost", why.peer()}, {"status", why.toString()}});
+  }
+  Accounting::Timer t(ctx_.accounting, TimeCategory::kIdleServer);
+  for (int s = 0; s < int(ranges_.size()); ++s) {
+    const int rank = ctx_.serverRank(s);
+    while (!ctx_.transport.peerStatus(rank).isOk()) {
+      if (timeUp(ctx_)) return Status::cancelled("stopped while waiting for ps-" + std::to_string(s));
+      const auto tried = SteadyClock::now();
+      if (ctx_.transport.reconnect(rank, deadlineIn(1s)).isOk()) break;
+      // No replacement published yet: look again shortly (the store answers at once).
+      std::this_thread::sleep_until(tried + 100ms);
+    }
+  }
+  return Status::ok();
+}
+
+Status PsWorker::run() {
+  const bool replacement = ctx_.control.incarnation() > 1;
+  if (replacement) recovering_since_ = ctx_.control.elapsed();
+  // The first pull: the model as the servers hold it.
+  for (;;) {
+    if (timeUp(ctx_)) return Status::ok();
+    Status s = exchange(false, 0);
+    if (s.isOk()) break;
+    if (!recoverable(s)) return s;
+    if (!awaitServer(s).isOk()) return Status::ok();
+  }
+  data::Batch batch;
+  int64_t steps = 0;
+  while (!timeUp(ctx_) && (ctx_.config.max_steps == 0 || steps < ctx_.config.max_steps)) {
+    const auto step_start = SteadyClock::now();
+    {
+      Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+      batches_.next(batch);
+      auto loss = mlp_.computeGradients(batch.images, batch.labels);
+      if (!loss.isOk()) return loss.status();
+    }
+    Status s = exchange(true, int64_t(batch.size));
+    if (!s.isOk()) {
+      // The step's gradient is lost for a shard that died; carry on with the model as the servers hold it.
+      if (!recoverable(s)) return s;
+      if (!awaitServer(s).isOk()) break;
+      continue;
+    }
+    ++steps;
+    ctx_.accounting.step(int64_t(batch.size), std::chrono::duration<double>(SteadyClock::now() - step_start).count());
+    if (recovering_since_) {
+      const double took = ctx_.control.elapsed() - *recovering_since_;
+      ctx_.accounting.recovery(took);
+      (void)ctx_.control.event("recovered", {{"seconds", took}});
+      recovering_since_.reset();
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status runPsServer(NodeContext& ctx) {
+  const int shard = ctx.rank - ctx.workers;
+  if (shard < 0 || shard >= ctx.servers) return Status::invalidArgument("rank " + std::to_string(ctx.rank) + " is not a server");
+  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, makeModel(ctx, 1));
+  const ShardRange range = shardRanges(mlp.numParameters(), ctx.servers)[size_t(shard)];
+  SgdOptions o;
+  o.lr = float(ctx.config.learning_rate);
+  o.momentum = float(ctx.config.momentum);
+  o.weight_decay = float(ctx.config.weight_decay);
+  CHAOSBED_ASSIGN_OR_RETURN(Sgd sgd, Sgd::create(o, range.count));
+  std::vector<float> params(mlp.parameters().begin() + long(range.offset),
+                            mlp.parameters().begin() + long(range.offset + range.count));
+  return PsServer(ctx, shard, range, std::move(sgd), std::move(params)).run();
+}
+
+Status runPsWorker(NodeContext& ctx) {
+  if (!ctx.data) return Status::invalidArgument("ps worker: no training set loaded");
+  if (ctx.servers < 1) return Status::invalidArgument("parameter_server needs at least one server");
+  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, makeModel(ctx, size_t(ctx.config.batch_per_worker)));
+  auto ranges = shardRanges(mlp.numParameters(), ctx.servers);
+  // Each worker walks its own disjoint shard of the data; a replacement starts a fresh pass over it.
+  CHAOSBED_ASSIGN_OR_RETURN(
+      data::BatchIterator batches,
+      data::BatchIterator::create(ctx.data->train, {ctx.rank, ctx.workers},
+                                  ctx.config.seed + uint64_t(std::max(0, ctx.control.incarnation() - 1)) * 7919,
+                                  size_t(ctx.config.batch_per_worker)));
+  return PsWorker(ctx, std::move(mlp), std::move(ranges), std::move(batches)).run();
+}
+
+}  // namespace chaosbed

@@ -1,0 +1,90 @@
+#include "core/strategies/strategy.h"
+
+#include <algorithm>
+
+namespace chaosbed {
+
+nlohmann::json StrategyOptions::toJson() const {
+  nlohmann::json j = {{"kind", kind == StrategyKind::kMirrored ? "mirrored" : "parameter_server"},
+                      {"label", label},
+                      {"elastic", elastic},
+                      {"backup_workers", backup_workers},
+                      {"checkpoint_on_notice", checkpoint_on_notice},
+                      {"job_restart", job_restart},
+                      {"shards", shards}};
+  j["max_staleness"] = max_staleness ? nlohmann::json(*max_staleness) : nlohmann::json(nullptr);
+  return j;
+}
+
+StrategyOptions StrategyOptions::fromJson(const nlohmann::json& j) {
+  StrategyOptions o;
+  o.kind = j.at("kind").get<std::string>() == "mirrored" ? StrategyKind::kMirrored : StrategyKind::kParameterServer;
+  o.label = j.value("label", std::string());
+  o.elastic = j.value("elastic", false);
+  o.backup_workers = j.value("backup_workers", 0);
+  o.checkpoint_on_notice = j.value("checkpoint_on_notice", false);
+  o.job_restart = j.value("job_restart", false);
+  o.shards = j.value("shards", 1);
+  if (j.contains("max_staleness") && !j["max_staleness"].is_null()) o.max_staleness = j["max_staleness"].get<int>();
+  return o;
+}
+
+nlohmann::json TrainingConfig::toJson() const {
+  return {{"layers", layers},
+          {"dataset", dataset},
+          {"data_path", data_path},
+          {"synthetic_samples", synthetic_samples},
+          {"batch_per_worker", batch_per_worker},
+          {"learning_rate", learning_rate},
+          {"momentum", momentum},
+          {"weight_decay", weight_decay},
+          {"seed", seed},
+          {"target_accuracy", target_accuracy},
+          {"time_limit_s", time_limit_s},
+          {"eval_interval_s", eval_interval_s},
+          {"checkpoint_interval_s", checkpoint_interval_s},
+          {"collective_timeout_s", collective_timeout_s},
+          {"max_steps", max_steps}};
+}
+
+TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
+  TrainingConfig c;
+  c.layers = j.value("layers", c.layers);
+  c.dataset = j.value("dataset", c.dataset);
+  c.data_path = j.value("data_path", c.data_path);
+  c.synthetic_samples = j.value("synthetic_samples", c.synthetic_samples);
+  c.batch_per_worker = j.value("batch_per_worker", c.batch_per_worker);
+  c.learning_rate = j.value("learning_rate", c.learning_rate);
+  c.momentum = j.value("momentum", c.momentum);
+  c.weight_decay = j.value("weight_decay", c.weight_decay);
+  c.seed = j.value("seed", c.seed);
+  c.target_accuracy = j.value("target_accuracy", c.target_accuracy);
+  c.time_limit_s = j.value("time_limit_s", c.time_limit_s);
+  c.eval_interval_s = j.value("eval_interval_s", c.eval_interval_s);
+  c.checkpoint_interval_s = j.value("checkpoint_interval_s", c.checkpoint_interval_s);
+  c.collective_timeout_s = j.value("collective_timeout_s", c.collective_timeout_s);
+  c.max_steps = j.value("max_steps", c.max_steps);
+  return c;
+}
+
+Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
+  if (config.layers.size() < 2) return Status::invalidArgument("training: model needs at least two layers");
+  if (config.dataset == "synthetic") {
+    data::SyntheticOptions o;
+    o.dims = size_t(config.layers.front());
+    o.num_classes = config.layers.back();
+    o.train_size = size_t(config.synthetic_samples);
+    o.test_size = std::max<size_t>(256, o.train_size / 4);
+    o.seed = config.seed;
+    return data::makeSynthetic(o);
+  }
+  if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
+    auto splits = data::loadMnistLayout(config.data_path);
+    if (!splits.isOk() && splits.status().code() == StatusCode::kNotFound)
+      return splits.status().withContext(config.dataset + " not found (scripts/install-deps.sh installs it)");
+    return splits;
+  }
+  return Status::invalidArgument("training: unknown dataset '" + config.dataset + "'");
+}
+
+}  // namespace chaosbed

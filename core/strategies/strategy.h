@@ -1,0 +1,96 @@
+#pragma once
+// What every strategy role (mirrored worker, parameter-server worker and server, evaluator) gets from the
+// node runtime, and how it reports back. A role is a function that trains until the controller says stop
+// (ControlChannel::stopRequested), the time limit passes, or an unrecoverable error occurs:
+//
+//   Status runMirroredWorker(NodeContext& ctx);
+//   Status runPsWorker(NodeContext& ctx);  Status runPsServer(NodeContext& ctx);
+//   Status runEvaluator(NodeContext& ctx);
+//
+// Transport ranks: workers are 0..workers-1, servers workers..workers+servers-1, the evaluator is the last
+// rank (workers + servers). Roles account every second of their wall time in ctx.accounting (compute,
+// transfer, idle by reason: DESIGN.md "Measurements"), and tell the controller about recoveries, rollbacks
+// and checkpoints through ctx.control.event(...).
+//
+// Failures: a lost peer surfaces as PeerLost from the transport (the UCX backend detects a killed process
+// within 1 s); a paused peer only through deadlines, so roles wait on collectives for
+// collective_timeout_s (idle, reason peer) before treating the peer as lost. Membership changes come from
+// the controller (ControlChannel::latestGeneration / waitMembershipAfter).
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/data/dataset.h"
+#include "core/metrics/accounting.h"
+#include "core/runtime/control.h"
+#include "transports/transport.h"
+
+namespace chaosbed {
+
+enum class StrategyKind { kMirrored, kParameterServer };
+
+// A strategy and its variant options, as listed in the spec.
+struct StrategyOptions {
+  StrategyKind kind = StrategyKind::kMirrored;
+  std::string label;                       // unique name in results ("mirrored-elastic")
+  bool elastic = false;                    // mirrored on_failure: restart (false) | elastic (true)
+  int backup_workers = 0;                  // mirrored: drop the last b gradients of a step
+  bool checkpoint_on_notice = false;       // mirrored: agree on a step, save, exit on SIGTERM
+  bool job_restart = false;                // parameter_server on_server_failure: shard_restart | job_restart
+  std::optional<int> max_staleness;        // parameter_server: nullopt = fully async, 0 = synchronous
+  int shards = 1;                          // parameter_server: number of server shards
+
+  nlohmann::json toJson() const;
+  static StrategyOptions fromJson(const nlohmann::json& j);
+};
+
+// The training recipe shared by every node of a strategy run.
+struct TrainingConfig {
+  std::vector<int> layers{784, 256, 128, 10};
+  std::string dataset = "fashion-mnist";   // fashion-mnist | mnist | synthetic
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+  int64_t synthetic_samples = 8192;        // synthetic: training samples (the test set is a quarter of it)
+  int batch_per_worker = 64;
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  uint64_t seed = 42;
+  double target_accuracy = 0.85;
+  double time_limit_s = 300;
+  double eval_interval_s = 1.0;
+  double checkpoint_interval_s = 5.0;
+  double collective_timeout_s = 60;        // a peer silent this long (paused) is treated as lost
+  int64_t max_steps = 0;                   // 0 = no limit (tests use it)
+
+  nlohmann::json toJson() const;
+  static TrainingConfig fromJson(const nlohmann::json& j);
+};
+
+// Everything a role function needs. Owned by the node runtime; outlives the role call.
+// Loads the datasets the config names (synthetic: dims and classes from the first and last layer).
+Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config);
+
+struct NodeContext {
+  Transport& transport;
+  ControlChannel& control;
+  Accounting& accounting;
+  const TrainingConfig& config;
+  const StrategyOptions& strategy;
+  int rank = 0;
+  int workers = 1;
+  int servers = 0;
+  std::string checkpoint_dir;              // shared by the nodes of this strategy run
+  const std::atomic<bool>* preempt_notice = nullptr;  // set by the SIGTERM handler
+  const data::DatasetSplits* data = nullptr;          // loaded by the runtime for workers and the evaluator
+
+  int evaluatorRank() const { return workers + servers; }
+  int serverRank(int shard) const { return workers + shard; }
+  bool noticeReceived() const { return preempt_notice && preempt_notice->load(std::memory_order_relaxed); }
+};
+
+}  // namespace chaosbed

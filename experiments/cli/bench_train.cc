@@ -1,0 +1,118 @@
+// `chaosbed bench train [--json] [--bench_train_s S] [--layers ...] [--batch N]`: training-step throughput of
+// the MLP on ONE BLAS thread: forward + backward + SGD update per step, on a pool of pre-generated batches
+// (so data loading is not measured, as in bench/torch_train.py). Reports samples/s and the GFLOP/s of the
+// GEMMs executed (Mlp::gemmFlopsPerStep), over wall time, and samples per CPU second of this process
+// (samples_per_cpu_s), which stays meaningful on a machine shared with other busy processes.
+
+#include <cblas.h>
+#include <gflags/gflags.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/data/random.h"
+#include "core/model/mlp.h"
+#include "core/optim/sgd.h"
+#include "experiments/cli/cli.h"
+
+DEFINE_double(bench_train_s, 3.0, "bench train: seconds to measure (after a warm-up)");
+DECLARE_string(layers);
+DECLARE_int32(batch);
+DECLARE_bool(json);
+
+namespace chaosbed::cli {
+namespace {
+
+constexpr int kPoolBatches = 16;
+constexpr int kWarmupSteps = 200;
+
+double processCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+int runBenchTrain(int argc, char** argv) {
+  if (argc != 1) {
+    std::fprintf(stderr, "chaosbed bench train: unexpected argument '%s'\n", argv[1]);
+    return kExitUsage;
+  }
+  auto layers = model::parseLayers(FLAGS_layers);
+  if (!layers.isOk()) {
+    std::fprintf(stderr, "chaosbed bench train: --layers: %s\n", layers.status().message().c_str());
+    return kExitUsage;
+  }
+  if (FLAGS_batch < 1 || !(FLAGS_bench_train_s > 0)) {
+    std::fprintf(stderr, "chaosbed bench train: --batch and --bench_train_s must be positive\n");
+    return kExitUsage;
+  }
+  const size_t batch = static_cast<size_t>(FLAGS_batch);
+  openblas_set_num_threads(1);
+  auto mlp = model::Mlp::create(*layers, batch);
+  auto sgd = optim::Sgd::create({.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f}, mlp->numParameters());
+  if (!mlp.isOk() || !sgd.isOk()) {
+    std::fprintf(stderr, "chaosbed bench train: %s\n",
+                 (mlp.isOk() ? sgd.status() : mlp.status()).toString().c_str());
+    return kExitUsage;
+  }
+  mlp->initialize(1);
+
+  // Inputs uniform in [0, 1) like scaled pixels; labels uniform over the classes.
+  data::Rng rng(7);
+  std::vector<std::vector<float>> inputs(kPoolBatches, std::vector<float>(batch * mlp->inputDims()));
+  std::vector<std::vector<uint8_t>> labels(kPoolBatches, std::vector<uint8_t>(batch));
+  for (int b = 0; b < kPoolBatches; ++b) {
+    for (float& x : inputs[b]) x = data::uniformFloat(rng);
+    for (uint8_t& y : labels[b]) y = static_cast<uint8_t>(data::uniformBelow(rng, mlp->numClasses()));
+  }
+
+  auto step = [&](int64_t i) {
+    const int b = static_cast<int>(i % kPoolBatches);
+    // Inputs and labels were validated when generated; a failure here would be a bug in Mlp or Sgd.
+    const bool ok = mlp->computeGradients(inputs[b], labels[b]).isOk() &&
+                    sgd->apply(mlp->parameters(), mlp->gradients()).isOk();
+    return ok;
+  };
+  for (int i = 0; i < kWarmupSteps; ++i)
+    if (!step(i)) return kExitInfrastructure;
+
+  using Clock = std::chrono::steady_clock;
+  const double cpu_start = processCpuSeconds();
+  const auto start = Clock::now();
+  const auto until = start + std::chrono::duration<double>(FLAGS_bench_train_s);
+  int64_t steps = 0;
+  Clock::time_point now;
+  do {
+    for (int i = 0; i < 64; ++i, ++steps)  // read the clock every 64 steps
+      if (!step(steps)) return kExitInfrastructure;
+    now = Clock::now();
+  } while (now < until);
+  const double seconds = std::chrono::duration<double>(now - start).count();
+  const double cpu_seconds = processCpuSeconds() - cpu_start;
+  const double samples_per_s = static_cast<double>(steps) * static_cast<double>(batch) / seconds;
+  const double gflops = mlp->gemmFlopsPerStep(batch) * static_cast<double>(steps) / seconds / 1e9;
+  const double samples_per_cpu_s = static_cast<double>(steps) * static_cast<double>(batch) / cpu_seconds;
+
+  std::printf("bench train: layers %s, batch %zu, 1 thread: %lld steps in %.2f s, %.0f samples/s, %.1f GFLOP/s "
+              "(GEMMs); %.0f samples per CPU second\n",
+              FLAGS_layers.c_str(), batch, static_cast<long long>(steps), seconds, samples_per_s, gflops,
+              samples_per_cpu_s);
+  if (FLAGS_json) {
+    nlohmann::json j;
+    j["samples_per_s"] = samples_per_s;
+    j["gflops"] = gflops;
+    j["samples_per_cpu_s"] = samples_per_cpu_s;
+    j["steps"] = steps;
+    j["batch"] = batch;
+    j["threads"] = 1;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return kExitPass;
+}
+
+}  // namespace chaosbed::cli

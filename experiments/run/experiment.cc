@@ -1,0 +1,120 @@
+#include "experiments/run/experiment.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "chaos/event_log.h"
+#include "chaos/schedule/schedule.h"
+#include "core/metrics/exporter.h"
+#include "experiments/run/results.h"
+
+namespace chaosbed::run {
+namespace {
+
+void printProgress(FILE* out, const Progress& p, bool tty) {
+  if (!out) return;
+  char acc[16];
+  if (p.accuracy)
+    std::snprintf(acc, sizeof acc, "%.4f", *p.accuracy);
+  else
+    std::snprintf(acc, sizeof acc, "-");
+  std::fprintf(out, "%s[%s] t=%6.1fs acc=%s steps/s=%7.1f nodes=%d/%d faults=%d%s", tty ? "\r\033[K" : "",
+               p.label.c_str(), p.elapsed_s, acc, p.steps_per_s, p.alive, p.nodes, p.faults, tty ? "" : "\n");
+  std::fflush(out);
+}
+
+}  // namespace
+
+Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options) {
+  FILE* out = options.progress;
+  // Draw the chaos schedule once: every strategy meets the same faults at the same times.
+  auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers}, {"ps", spec.cluster.servers}, {"evaluator", 1}});
+  auto plan = chaos::drawPlan(spec.chaos.parsed, nodes, uint64_t(spec.seed), spec.training.time_limit_s);
+  if (!plan.isOk()) return Status::invalidArgument("chaos: " + plan.status().toString());
+  if (Status s = chaos::checkBlastRadius(*plan, nodes); !s.isOk()) return Status::invalidArgument("chaos: " + s.toString());
+
+  ExperimentOutcome outcome;
+  std::string run_id;
+  if (!options.out_dir.empty()) {
+    outcome.dir = options.out_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(outcome.dir, ec);
+    if (ec) return Status::ioError("cannot create " + outcome.dir + ": " + ec.message());
+    run_id = std::filesystem::path(outcome.dir).filename().string() + "-" + std::to_string(getpid());
+  } else {
+    CHAOSBED_ASSIGN_OR_RETURN(outcome.dir, makeResultsDir(spec.output.dir, spec.metadata.name, &run_id));
+  }
+  const std::string& dir = outcome.dir;
+  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", spec::emitExperimentSpec(spec)));
+  CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
+  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0"));
+  CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), deadlineIn(std::chrono::seconds(10))));
+
+  // One Prometheus endpoint for the whole run; loopback unless the spec or the caller says otherwise.
+  std::unique_ptr<MetricsExporter> metrics;
+  const std::string listen = options.metrics_addr.empty() ? spec.metrics.listen : options.metrics_addr;
+  if (listen != "off") {
+    auto exporter = MetricsExporter::create(listen);
+    if (!exporter.isOk()) return exporter.status().withContext("metrics endpoint " + listen);
+    metrics = std::move(*exporter);
+    if (out) std::fprintf(out, "metrics: http://%s/metrics\n", metrics->address().c_str());
+  }
+
+  // Node isolation only isolates when the quotas fit the machine.
+  const int nodes_per_run = spec.cluster.workers + (spec.hasParameterServer() ? spec.cluster.servers : 0) + 1;
+  const double quota = spec.cluster.cpu_per_node * nodes_per_run;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (quota > double(cores) + 1e-9)
+    std::fprintf(stderr, "chaosbed run: warning: %d nodes x cpu_per_node %.2f = %.2f cores, but this machine has %ld: "
+                 "the quotas overlap, so a paused or dead node's CPU goes to the others\n",
+                 nodes_per_run, spec.cluster.cpu_per_node, quota, cores);
+
+  if (out)
+    std::fprintf(out, "chaosbed run %s: %zu strateg%s, %zu planned chaos action(s); results in %s\n",
+                 spec.metadata.name.c_str(), spec.strategies.size(), spec.strategies.size() == 1 ? "y" : "ies",
+                 plan->actions.size(), dir.c_str());
+  RunContext ctx;
+  ctx.spec = &spec;
+  ctx.out_dir = dir;
+  ctx.run_id = run_id;
+  ctx.store_address = server->address();
+  ctx.store = store.get();
+  ctx.events = events.get();
+  ctx.plan = &*plan;
+  ctx.interrupted = options.interrupted;
+  ctx.metrics = metrics.get();
+  const bool tty = options.tty;
+  ctx.on_progress = [out, tty](const Progress& p) { printProgress(out, p, tty); };
+
+  Status failure;
+  for (const auto& strategy : spec.strategies) {
+    if (options.interrupted && options.interrupted->load()) break;
+    auto r = runStrategy(ctx, strategy);
+    if (out && tty) std::fprintf(out, "\n");
+    if (!r.isOk()) {
+      failure = r.status().withContext(strategy.label);
+      break;
+    }
+    if (out) std::fprintf(out, "[%s] done: %s\n", strategy.label.c_str(), r->stop_reason.c_str());
+    outcome.results.push_back(std::move(*r));
+    (void)writeSummary(dir, spec, outcome.results, false);
+    (void)writeTimeseries(dir, outcome.results);
+  }
+  outcome.interrupted = options.interrupted && options.interrupted->load();
+  outcome.complete = !outcome.interrupted && failure.isOk();
+  CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, outcome.results, outcome.complete));
+  CHAOSBED_RETURN_IF_ERROR(writeTimeseries(dir, outcome.results));
+  if (metrics && !spec.metrics.push_gateway.empty()) {
+    if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name); !s.isOk())
+      std::fprintf(stderr, "chaosbed run: push to %s: %s\n", spec.metrics.push_gateway.c_str(), s.toString().c_str());
+  }
+  if (out)
+    std::fprintf(out, "\n%s\nresults: %s\n", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
+                 dir.c_str());
+  if (!failure.isOk()) return failure;
+  return outcome;
+}
+
+}  // namespace chaosbed::run

@@ -1,0 +1,35 @@
+#pragma once
+// One experiment run: every strategy of a spec, one after the other, under the same drawn chaos schedule,
+// with one Prometheus endpoint and one results directory (results.h). `chaosbed run` is a thin CLI over
+// it; sweeps and suites call it once per point.
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "experiments/run/strategy_run.h"
+#include "experiments/spec/spec.h"
+
+namespace chaosbed::run {
+
+struct ExperimentOptions {
+  std::string out_dir;        // empty: <output.dir>/<experiment>/<UTC time>-<id> with a `latest` link
+  std::string metrics_addr;   // empty: the spec's metrics.listen; "off": no endpoint
+  const std::atomic<bool>* interrupted = nullptr;
+  FILE* progress = stdout;    // live progress and the final table; nullptr: silent
+  bool tty = false;           // rewrite one progress line in place
+};
+
+struct ExperimentOutcome {
+  std::string dir;
+  std::vector<StrategyResult> results;
+  bool complete = false;      // every strategy ran to its end (not interrupted, no infrastructure error)
+  bool interrupted = false;
+};
+
+// InvalidArgument when the chaos schedule cannot be drawn or breaks the blast-radius guard (a spec error);
+// Unavailable/IoError/... for infrastructure failures. Results measured before a failure are on disk.
+Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options);
+
+}  // namespace chaosbed::run

@@ -1,0 +1,111 @@
+#include "experiments/run/results.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <cstring>
+#include <sstream>
+
+namespace chaosbed::run {
+
+namespace fs = std::filesystem;
+
+Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id) {
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  char id[8];
+  std::snprintf(id, sizeof id, "%04x", unsigned(std::random_device{}() & 0xffff));
+  *run_id = std::string(stamp) + "-" + id;
+  const fs::path parent = fs::path(base) / experiment;
+  const fs::path dir = parent / *run_id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::ioError("cannot create results directory " + dir.string() + ": " + ec.message());
+  const fs::path link = parent / "latest";
+  const fs::path tmp_link = parent / (".latest-" + *run_id);
+  fs::create_directory_symlink(*run_id, tmp_link, ec);
+  if (!ec) fs::rename(tmp_link, link, ec);
+  return dir.string();
+}
+
+Status writeTextAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::ioError("cannot create " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::ioError("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::ioError("cannot flush " + tmp + ": " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::ioError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
+                    const std::vector<StrategyResult>& results, bool complete) {
+  nlohmann::json strategies = nlohmann::json::object();
+  for (const auto& r : results) strategies[r.label] = r.toJson();
+  nlohmann::json j = {{"experiment", spec.metadata.name},
+                      {"seed", spec.seed},
+                      {"target_accuracy", spec.training.target_accuracy},
+                      {"complete", complete},
+                      {"strategies", strategies}};
+  return writeTextAtomically(dir + "/summary.json", j.dump(2) + "\n");
+}
+
+Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results) {
+  std::ostringstream out;
+  out << "time_s,strategy,accuracy,loss,samples,alive_nodes\n";
+  char line[256];
+  for (const auto& r : results)
+    for (const auto& p : r.timeline) {
+      std::snprintf(line, sizeof line, "%.3f,%s,%.4f,%.4f,%lld,%d\n", p.time_s, r.label.c_str(), p.accuracy, p.loss,
+                    static_cast<long long>(p.samples), p.alive);
+      out << line;
+    }
+  return writeTextAtomically(dir + "/timeseries.csv", out.str());
+}
+
+std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-22s %9s %9s %12s %9s %8s %8s %10s\n", "strategy", "TTA(s)", "final", "goodput/s",
+                "idle%", "faults", "recov", "stop");
+  out << "time to accuracy " << target_accuracy << ":\n" << line;
+  for (const auto& r : results) {
+    char tta[32];
+    if (r.tta_seconds)
+      std::snprintf(tta, sizeof tta, "%.1f", *r.tta_seconds);
+    else
+      std::snprintf(tta, sizeof tta, "-");
+    std::snprintf(line, sizeof line, "%-22s %9s %9.4f %12.0f %8.1f%% %8d %8d %10s\n", r.label.c_str(), tta,
+                  r.final_accuracy, r.goodputSamplesPerSecond(), 100 * r.idleFraction(), r.faults_applied,
+                  r.recoveries, r.stop_reason.c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace chaosbed::run

@@ -1,0 +1,29 @@
+#pragma once
+// The results directory of a run:
+//   spec.yaml        the resolved spec (every default filled in)
+//   events.jsonl     every chaos and training event (chaos/event_log.h)
+//   timeseries.csv   time_s,strategy,accuracy,loss,samples,alive_nodes — one row per evaluated snapshot
+//   summary.json     {"experiment", "seed", "complete", "strategies": {label: StrategyResult::toJson()}}
+//   <label>/         per strategy: node logs, node config, checkpoints, chaos state
+// Files are written atomically (temp file + rename), and rewritten after every strategy, so an
+// interrupted run keeps what it had measured.
+
+#include <string>
+#include <vector>
+
+#include "experiments/run/strategy_run.h"
+#include "experiments/spec/spec.h"
+
+namespace chaosbed::run {
+
+// results/<experiment>/<UTC time>-<id>/ under base, with base/<experiment>/latest pointing at it.
+Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id);
+
+Status writeTextAtomically(const std::string& path, const std::string& text);
+Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
+                    const std::vector<StrategyResult>& results, bool complete);
+Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results);
+// The comparison table printed at the end of a run.
+std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy);
+
+}  // namespace chaosbed::run

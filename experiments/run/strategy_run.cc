@@ -1,0 +1,669 @@
+#include "experiments/run/strategy_run.h"
+
+#include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "chaos/actuators/link.h"
+#include "chaos/cluster.h"
+#include "chaos/controller.h"
+#include "core/launcher/launcher.h"
+#include "core/runtime/control.h"
+#include "core/strategies/strategy.h"
+#include "experiments/run/results.h"
+
+namespace chaosbed::run {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr double kRestartAfterCrashS = 0.0;  // a node that dies on its own comes back at once
+constexpr auto kTick = 50ms;                 // supervisor loop period
+constexpr double kDrainS = 20.0;             // after stop: how long nodes get to finish their step
+
+std::string nodeName(const std::string& role, int index) { return role + "-" + std::to_string(index); }
+
+// A number from an event written by a node; NaN (a diverged loss is written as null) and absence read as
+// `otherwise`.
+double number(const nlohmann::json& j, const char* key, double otherwise) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
+}
+
+TrainingConfig trainingConfig(const spec::ExperimentSpec& s) {
+  TrainingConfig c;
+  c.layers = s.model.layers;
+  c.dataset = spec::name(s.data.dataset);
+  c.data_path = s.data.path;
+  if (s.data.dataset == spec::Dataset::kSynthetic) c.synthetic_samples = s.data.samples;
+  c.batch_per_worker = s.training.batch_per_worker;
+  c.learning_rate = s.training.learning_rate;
+  c.momentum = s.training.momentum;
+  c.weight_decay = s.training.weight_decay;
+  c.seed = uint64_t(s.training.seed);
+  c.target_accuracy = s.training.target_accuracy;
+  c.time_limit_s = s.training.time_limit_s;
+  c.eval_interval_s = s.training.eval_interval_s;
+  c.checkpoint_interval_s = s.training.checkpoint_interval_s;
+  c.max_steps = s.training.max_steps.value_or(0);
+  return c;
+}
+
+StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::StrategySpec& st) {
+  StrategyOptions o;
+  o.kind = st.kind == spec::StrategyKind::kMirrored ? StrategyKind::kMirrored : StrategyKind::kParameterServer;
+  o.label = st.label;
+  o.elastic = st.on_failure == spec::OnFailure::kElastic;
+  o.backup_workers = st.backup_workers;
+  o.checkpoint_on_notice = st.checkpoint_on_notice;
+  o.job_restart = st.on_server_failure == spec::OnServerFailure::kJobRestart;
+  o.max_staleness = st.max_staleness;
+  o.shards = st.shards > 0 ? st.shards : s.cluster.servers;
+  return o;
+}
+
+// Why a node is down and what brings it back.
+struct Outage {
+  double since_s = 0;          // run seconds when it died
+  bool by_chaos = false;       // chaos decides its replacement
+  std::optional<double> restart_at_s;  // supervisor-scheduled restart
+  int awaiting_incarnation = 0;        // restarted: waiting for its ready key
+};
+
+// A failure whose recovery is being timed: from the node's death to the first step completed after it.
+struct Episode {
+  double since_s = 0;
+  int64_t steps_at_failure = 0;
+};
+
+class Supervisor;
+
+// Tells the supervisor what chaos does before it does it: which nodes chaos kills or preempts (their
+// replacement is then chaos's to decide), and how many faults of each kind it injected.
+class ObservedActuator final : public chaos::Actuator {
+ public:
+  ObservedActuator(chaos::Actuator* inner, Supervisor* supervisor) : inner_(inner), supervisor_(supervisor) {}
+  const char* name() const override { return inner_->name(); }
+  Status checkAvailable(const chaos::Fault& f, const std::string& n) override { return inner_->checkAvailable(f, n); }
+  Result<std::vector<chaos::HealRecord>> prepare(const chaos::Fault& f, const std::string& n) override {
+    return inner_->prepare(f, n);
+  }
+  Status apply(const chaos::Fault& f, const std::string& n) override;
+  Status escalate(const chaos::Fault& f, const std::string& n) override { return inner_->escalate(f, n); }
+  Status revert(const chaos::Fault& f, const std::string& n) override { return inner_->revert(f, n); }
+
+ private:
+  chaos::Actuator* inner_;
+  Supervisor* supervisor_;
+};
+
+class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
+ public:
+  Supervisor(const RunContext& ctx, const spec::StrategySpec& strategy)
+      : ctx_(ctx), spec_(*ctx.spec), strategy_(strategy),
+        prefix_(ctx.run_id + "/" + strategy.label), dir_(ctx.out_dir + "/" + strategy.label),
+        mirrored_(strategy.kind == spec::StrategyKind::kMirrored) {}
+
+  Result<StrategyResult> run();
+
+  // chaos::Cluster
+  std::vector<chaos::NodeInfo> nodes() const override { return all_nodes_; }
+  Result<pid_t> processGroup(const std::string& node) override {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    return launcher_->pid(node);
+  }
+  NodeCgroup* cgroup(const std::string& node) override { return known(node) ? launcher_->cgroup(node) : nullptr; }
+  double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
+  Status replace(const std::string& node) override {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    std::lock_guard lock(mu_);
+    return restartLocked(node);
+  }
+
+  // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
+  Status setLink(const std::string& node, const std::vector<std::string>& peers,
+                 const chaos::FaultParams& params) override {
+    nlohmann::json cmd = {{"op", "set"}, {"peers", peers}, {"bandwidth_mbps", params.bandwidth_mbps},
+                          {"latency_ms", params.latency_ms}, {"partition", params.partition}};
+    return sendLinkCommand(node, cmd);
+  }
+  Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
+    return sendLinkCommand(node, {{"op", "clear"}, {"peers", peers}});
+  }
+
+  void chaosApplying(chaos::FaultKind kind, const std::string& node) {
+    if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(kind));
+    if (kind != chaos::FaultKind::kKill && kind != chaos::FaultKind::kPreempt) return;
+    std::lock_guard lock(exits_mu_);
+    chaos_killed_.insert(node);
+  }
+
+ private:
+  bool known(const std::string& node) const { return node_set_.count(node) > 0; }
+  std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
+  double now() const { return double(realtimeNs() - start_ns_) * 1e-9; }
+
+  Status sendLinkCommand(const std::string& node, const nlohmann::json& cmd) {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    auto n = ctx_.store->add(key("link/" + node + "/count"), 1);
+    if (!n.isOk()) return n.status();
+    return ctx_.store->set(key("link/" + node + "/" + std::to_string(*n - 1)), cmd.dump());
+  }
+
+  Status prepare();
+  Status launchAll();
+  Status waitReady(const std::vector<std::string>& names, Deadline deadline);
+  void onExit(const ExitInfo& info);
+  void handleExits();
+  Status restartLocked(const std::string& node);
+  void checkReplacements();
+  void publishMembership(std::vector<int> workers, bool rollback, std::vector<int> joined);
+  void readEvents();
+  void requestStop(const std::string& reason);
+  NodeStats collectStats(const std::string& role, int count) const;
+  NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
+  void exportMetrics(const chaos::Controller* chaos_controller);
+  int aliveCount() const;
+  int64_t totalWorkerSteps() const;
+  void closeEpisodes(double t_s);
+  void recordRecovery(double seconds) {
+    result_.recovery_seconds.push_back(seconds);
+    ++result_.recoveries;
+    if (ctx_.metrics) ctx_.metrics->recovery(spec_.metadata.name, strategy_.label, seconds);
+  }
+
+  const RunContext& ctx_;
+  const spec::ExperimentSpec& spec_;
+  const spec::StrategySpec& strategy_;
+  const std::string prefix_;
+  const std::string dir_;
+  const bool mirrored_;
+  int workers_ = 0, servers_ = 0;
+  std::vector<chaos::NodeInfo> all_nodes_;  // of the plan (the chaos schedule is drawn once for the run)
+  std::set<std::string> node_set_;          // the nodes this strategy runs
+  std::vector<std::string> names_;
+
+  std::unique_ptr<Launcher> launcher_;
+  int64_t start_ns_ = 0;
+
+  // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
+  // while calling the launcher (whose restart() waits for that thread).
+  std::mutex exits_mu_;
+  std::deque<ExitInfo> exits_;
+  std::set<std::string> chaos_killed_;
+
+  std::mutex mu_;  // guards the members below: the supervisor's and chaos's threads use them
+  std::map<std::string, Outage> down_;
+  std::set<int> elastic_pending_join_;
+
+  int64_t generation_ = -1;
+  std::vector<int> members_;
+  int64_t events_read_ = 0;
+  std::vector<Episode> open_episodes_;
+  bool stop_sent_ = false;
+  StrategyResult result_;
+};
+
+Status ObservedActuator::apply(const chaos::Fault& f, const std::string& n) {
+  supervisor_->chaosApplying(f.kind, n);
+  return inner_->apply(f, n);
+}
+
+Status Supervisor::prepare() {
+  workers_ = spec_.cluster.workers;
+  servers_ = mirrored_ ? 0 : (strategy_.shards > 0 ? strategy_.shards : spec_.cluster.servers);
+  all_nodes_ = chaos::makeNodes({{"worker", spec_.cluster.workers}, {"ps", spec_.cluster.servers}, {"evaluator", 1}});
+  for (int i = 0; i < workers_; ++i) names_.push_back(nodeName("worker", i));
+  for (int i = 0; i < servers_; ++i) names_.push_back(nodeName("ps", i));
+  names_.push_back(nodeName("evaluator", 0));
+  node_set_.insert(names_.begin(), names_.end());
+
+  std::error_code ec;
+  fs::create_directories(dir_ + "/checkpoints", ec);
+  if (ec) return Status::ioError("cannot create " + dir_ + ": " + ec.message());
+  nlohmann::json config = {{"store", ctx_.store_address},
+                           {"prefix", prefix_},
+                           {"workers", workers_},
+                           {"servers", servers_},
+                           {"training", trainingConfig(spec_).toJson()},
+                           {"strategy", strategyOptions(spec_, strategy_).toJson()},
+                           {"checkpoint_dir", dir_ + "/checkpoints"},
+                           {"connect_timeout_s", 60.0}};
+  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2)));
+
+  LauncherOptions lo;
+  lo.log_dir = dir_ + "/logs";
+  lo.cgroup_group = ctx_.run_id + "-" + strategy_.label;
+  lo.on_exit = [this](const ExitInfo& info) { onExit(info); };
+  lo.stop_grace = 3000ms;
+  CHAOSBED_ASSIGN_OR_RETURN(launcher_, Launcher::create(lo));
+  return Status::ok();
+}
+
+Status Supervisor::launchAll() {
+  for (const std::string& name : names_) {
+    NodeSpec n;
+    n.name = name;
+    n.role = name.substr(0, name.rfind('-'));
+    n.index = std::stoi(name.substr(name.rfind('-') + 1));
+    n.args = {n.role, "--node_config=" + dir_ + "/node-config.json"};
+    n.env = {{"OPENBLAS_NUM_THREADS", "1"}};
+    n.cpus = spec_.cluster.cpu_per_node;
+    auto pid = launcher_->start(n);
+    if (!pid.isOk()) return pid.status().withContext("starting " + name);
+  }
+  return Status::ok();
+}
+
+Status Supervisor::waitReady(const std::vector<std::string>& names, Deadline deadline) {
+  for (const std::string& name : names) {
+    for (;;) {
+      if (ctx_.interrupted && ctx_.interrupted->load()) return Status::cancelled("interrupted");
+      int inc = launcher_->incarnation(name);
+      if (ctx_.store->get(key("ready/" + name + "#" + std::to_string(inc)), deadlineIn(100ms)).isOk()) break;
+      if (!launcher_->running(name)) {
+        return Status::unavailable(name + " exited during start-up; see " + launcher_->logPath(name));
+      }
+      if (SteadyClock::now() > deadline) return Status::timeout(name + " did not become ready; see " + launcher_->logPath(name));
+    }
+  }
+  return Status::ok();
+}
+
+void Supervisor::onExit(const ExitInfo& info) {
+  std::lock_guard lock(exits_mu_);
+  exits_.push_back(info);
+}
+
+Status Supervisor::restartLocked(const std::string& node) {
+  auto pid = launcher_->restart(node, deadlineIn(5s));
+  if (!pid.isOk()) return pid.status();
+  Outage& o = down_[node];
+  o.restart_at_s.reset();
+  o.awaiting_incarnation = launcher_->incarnation(node);
+  {
+    std::lock_guard exits_lock(exits_mu_);
+    chaos_killed_.erase(node);
+  }
+  if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
+                                              {"node", node}, {"incarnation", o.awaiting_incarnation}, {"t", now()}});
+  return Status::ok();
+}
+
+void Supervisor::handleExits() {
+  std::deque<ExitInfo> exits;
+  std::set<std::string> chaos_killed;
+  {
+    std::lock_guard lock(exits_mu_);
+    exits.swap(exits_);
+    chaos_killed = chaos_killed_;
+  }
+  for (const ExitInfo& e : exits) {
+    if (e.requested || stop_sent_) continue;
+    const bool by_chaos = chaos_killed.count(e.name) > 0;
+    const std::string role = e.name.substr(0, e.name.rfind('-'));
+    const int index = std::stoi(e.name.substr(e.name.rfind('-') + 1));
+    // A worker that ends with status 0 on its own has finished (max_steps, time limit): nothing to heal.
+    if (!by_chaos && !e.signaled && e.code == 0 && role == "worker") continue;
+    const int64_t steps = totalWorkerSteps();
+    std::lock_guard lock(mu_);
+    const double t = now();
+    if (role != "evaluator") {
+      ++result_.failures;
+      open_episodes_.push_back({t, steps});
+    }
+    LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
+    if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
+                                                {"how", e.describe()}, {"by_chaos", by_chaos}, {"t", t}});
+    Outage& o = down_[e.name];
+    o.since_s = t;
+    o.by_chaos = by_chaos;
+    o.awaiting_incarnation = 0;
+    if (!by_chaos) o.restart_at_s = t + kRestartAfterCrashS;
+    if (role == "worker" && mirrored_ && strategy_.on_failure == spec::OnFailure::kElastic) {
+      std::vector<int> survivors;
+      for (int r : members_)
+        if (r != index) survivors.push_back(r);
+      if (survivors.size() != members_.size() && !survivors.empty()) publishMembership(survivors, false, {});
+      elastic_pending_join_.insert(index);
+    } else if (role == "ps" && strategy_.on_server_failure == spec::OnServerFailure::kJobRestart) {
+      // TensorFlow's behaviour: the whole job restarts from its checkpoints.
+      for (const std::string& n : names_)
+        if (n != e.name && launcher_->running(n)) (void)restartLocked(n);
+      if (!by_chaos) o.restart_at_s = t;
+    }
+  }
+}
+
+void Supervisor::publishMembership(std::vector<int> workers, bool rollback, std::vector<int> joined) {
+  Membership m;
+  m.generation = ++generation_;
+  m.workers = std::move(workers);
+  m.rollback = rollback;
+  m.joined = std::move(joined);
+  members_ = m.workers;
+  if (Status s = ctx_.store->set(key("membership/" + std::to_string(m.generation)), m.toJson().dump()); !s.isOk())
+    LOG(ERROR) << "publishing membership: " << s.toString();
+  if (ctx_.events) (void)ctx_.events->append({{"type", "membership"}, {"strategy", strategy_.label},
+                                              {"membership", m.toJson()}, {"t", now()}});
+}
+
+void Supervisor::checkReplacements() {
+  std::lock_guard lock(mu_);
+  const double t = now();
+  std::vector<int> ready_workers;
+  for (auto it = down_.begin(); it != down_.end();) {
+    const std::string& name = it->first;
+    Outage& o = it->second;
+    if (o.restart_at_s && t >= *o.restart_at_s && !launcher_->running(name)) {
+      if (Status s = restartLocked(name); !s.isOk()) LOG(ERROR) << "restarting " << name << ": " << s.toString();
+    }
+    if (o.awaiting_incarnation > 0) {
+      auto ready = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(o.awaiting_incarnation)));
+      if (ready.isOk() && *ready) {
+        if (name.rfind("worker-", 0) == 0) ready_workers.push_back(std::stoi(name.substr(7)));
+        it = down_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+  if (!mirrored_ || ready_workers.empty()) return;
+  if (strategy_.on_failure == spec::OnFailure::kElastic) {
+    std::vector<int> workers = members_;
+    for (int r : ready_workers) {
+      workers.push_back(r);
+      elastic_pending_join_.erase(r);
+    }
+    std::sort(workers.begin(), workers.end());
+    workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+    publishMembership(workers, false, ready_workers);
+    return;
+  }
+  // restart: everyone waits until every lost worker is back, then rolls back together.
+  for (const auto& [name, o] : down_)
+    if (name.rfind("worker-", 0) == 0) return;
+  std::vector<int> all;
+  for (int i = 0; i < workers_; ++i) all.push_back(i);
+  publishMembership(all, true, ready_workers);
+}
+
+void Supervisor::requestStop(const std::string& reason) {
+  if (stop_sent_) return;
+  stop_sent_ = true;
+  result_.stop_reason = reason;
+  result_.wall_seconds = now();
+  (void)ctx_.store->set(key("stop"), reason);
+  if (ctx_.events) (void)ctx_.events->append({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
+                                              {"t", result_.wall_seconds}});
+}
+
+void Supervisor::readEvents() {
+  auto count = ctx_.store->add(key("events/count"), 0);
+  if (!count.isOk()) return;
+  for (; events_read_ < *count; ++events_read_) {
+    auto text = ctx_.store->get(key("events/" + std::to_string(events_read_)), deadlineIn(1s));
+    if (!text.isOk()) break;  // the writer bumped the count but has not set the value yet
+    nlohmann::json e = nlohmann::json::parse(*text, nullptr, false);
+    if (e.is_discarded()) continue;
+    e["strategy"] = strategy_.label;
+    if (ctx_.events) (void)ctx_.events->append(e);
+    const std::string type = e.value("type", "");
+    if (type == "eval") {
+      EvalPoint p;
+      p.time_s = number(e, "snapshot_t", 0.0);
+      p.step = int64_t(number(e, "step", 0));
+      p.accuracy = number(e, "accuracy", 0.0);
+      p.loss = number(e, "loss", std::nan(""));
+      p.samples = collectStats("worker", workers_).samples;
+      p.alive = aliveCount();
+      result_.timeline.push_back(p);
+      result_.final_accuracy = p.accuracy;
+      result_.final_loss = p.loss;
+      if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
+      if (!result_.tta_seconds && p.accuracy >= spec_.training.target_accuracy) {
+        result_.tta_seconds = p.time_s;
+        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
+        requestStop("target");
+      }
+    } else if (type == "recovered") {
+      closeEpisodes(number(e, "t", now()));
+    } else if (type == "error") {
+      LOG(WARNING) << strategy_.label << ": " << e.dump();
+    }
+  }
+}
+
+void Supervisor::closeEpisodes(double t_s) {
+  std::lock_guard lock(mu_);
+  for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
+    if (t_s >= it->since_s) {
+      recordRecovery(t_s - it->since_s);
+      it = open_episodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+NodeStats Supervisor::nodeStats(const std::string& name) const {
+  NodeStats total;
+  for (int inc = 1; inc <= launcher_->incarnation(name); ++inc) {
+    const std::string k = key("stats/" + name + "#" + std::to_string(inc));
+    auto has = ctx_.store->contains(k);
+    if (!has.isOk() || !*has) continue;
+    auto v = ctx_.store->get(k, deadlineIn(1s));
+    if (!v.isOk()) continue;
+    auto j = nlohmann::json::parse(*v, nullptr, false);
+    if (j.is_discarded()) continue;
+    try {
+      total.merge(NodeStats::fromJson(j));
+    } catch (const std::exception& ex) {
+      LOG(WARNING) << name << ": unreadable stats report: " << ex.what();
+    }
+  }
+  return total;
+}
+
+NodeStats Supervisor::collectStats(const std::string& role, int count) const {
+  NodeStats total;
+  for (int i = 0; i < count; ++i) total.merge(nodeStats(nodeName(role, i)));
+  return total;
+}
+
+void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
+  if (!ctx_.metrics) return;
+  const std::string& exp = spec_.metadata.name;
+  std::map<std::string, int> alive;
+  for (const std::string& name : names_) {
+    const std::string role = name.substr(0, name.rfind('-'));
+    alive[role] += launcher_->running(name) ? 1 : 0;
+    if (role != "evaluator") ctx_.metrics->updateNode({exp, strategy_.label, role, name}, nodeStats(name));
+  }
+  for (const auto& [role, n] : alive) ctx_.metrics->setNodesAlive(exp, strategy_.label, role, n);
+  ctx_.metrics->setRunning(exp, strategy_.label, !stop_sent_, now());
+  if (chaos_controller) {
+    for (auto kind : chaos::kAllFaultKinds)
+      ctx_.metrics->setFaultsActive(exp, strategy_.label, chaos::faultKindName(kind), chaos_controller->activeFaults(kind));
+    ctx_.metrics->setFaultLeaks(exp, strategy_.label, chaos_controller->leakCount());
+  }
+}
+
+int64_t Supervisor::totalWorkerSteps() const { return collectStats("worker", workers_).steps; }
+
+int Supervisor::aliveCount() const {
+  int n = 0;
+  for (const auto& name : names_) n += launcher_->running(name) ? 1 : 0;
+  return n;
+}
+
+Result<StrategyResult> Supervisor::run() {
+  result_.label = strategy_.label;
+  result_.kind = spec::name(strategy_.kind);
+  CHAOSBED_RETURN_IF_ERROR(prepare());
+  CHAOSBED_RETURN_IF_ERROR(launchAll());
+  CHAOSBED_RETURN_IF_ERROR(waitReady(names_, deadlineIn(120s)));
+
+  // Chaos: the run's plan, executed against this strategy's nodes from the start of training.
+  std::unique_ptr<chaos::ActuatorSet> actuators;
+  std::vector<std::unique_ptr<ObservedActuator>> observers;
+  std::unique_ptr<chaos::Controller> chaos_controller;
+  if (ctx_.plan && !ctx_.plan->actions.empty()) {
+    chaos::ActuatorSet::Options ao;
+    ao.pause_mode = spec_.chaos.parsed.pause_mode;
+    ao.link_control = this;
+    actuators = std::make_unique<chaos::ActuatorSet>(*this, ao);
+    auto map = actuators->map();
+    for (auto& [kind, actuator] : map) {
+      observers.push_back(std::make_unique<ObservedActuator>(actuator, this));
+      actuator = observers.back().get();
+    }
+    chaos::ControllerOptions co;
+    co.events = ctx_.events;
+    co.state_dir = dir_ + "/chaos-state";
+    co.agent_binary = "/proc/self/exe";
+    chaos_controller = std::make_unique<chaos::Controller>(*ctx_.plan, *this, map, co);
+    CHAOSBED_RETURN_IF_ERROR(chaos_controller->checkAvailable());
+  }
+
+  std::vector<int> all;
+  for (int i = 0; i < workers_; ++i) all.push_back(i);
+  publishMembership(all, false, {});
+  start_ns_ = realtimeNs();
+  CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("start"), std::to_string(start_ns_)));
+  if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
+  if (chaos_controller) CHAOSBED_RETURN_IF_ERROR(chaos_controller->start());
+
+  const double time_limit = spec_.training.time_limit_s;
+  auto last_progress = SteadyClock::now();
+  int64_t last_steps = 0;
+  double last_progress_t = 0;
+  std::optional<SteadyClock::time_point> stopped_at;
+  for (;;) {
+    handleExits();
+    checkReplacements();
+    readEvents();
+    const double t = now();
+    if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
+    if (t >= time_limit) requestStop("time_limit");
+    bool any_worker = false;
+    for (int i = 0; i < workers_; ++i) any_worker |= launcher_->running(nodeName("worker", i));
+    std::optional<double> first_steps_t;
+    if (SteadyClock::now() - last_progress >= 500ms) {
+      const NodeStats w = collectStats("worker", workers_);
+      if (chaos_controller)
+        for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
+      if (w.steps > last_steps) {
+        std::lock_guard lock(mu_);
+        // A node that nobody waits on (an async worker, the evaluator) recovers when training progresses.
+        for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
+          if (w.steps > it->steps_at_failure && down_.empty()) {
+            recordRecovery(std::max(0.0, t - it->since_s));
+            it = open_episodes_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      if (ctx_.on_progress) {
+        Progress p;
+        p.label = strategy_.label;
+        p.elapsed_s = t;
+        if (!result_.timeline.empty()) p.accuracy = result_.timeline.back().accuracy;
+        p.steps_per_s = t > last_progress_t ? double(w.steps - last_steps) / (t - last_progress_t) : 0;
+        p.alive = aliveCount();
+        p.nodes = int(names_.size());
+        p.faults = chaos_controller ? int(chaos_controller->appliedCount()) : 0;
+        ctx_.on_progress(p);
+      }
+      exportMetrics(chaos_controller.get());
+      last_steps = w.steps;
+      last_progress_t = t;
+      last_progress = SteadyClock::now();
+    }
+    if (!any_worker && !stop_sent_) {
+      bool replacement_due;
+      {
+        std::lock_guard lock(mu_);
+        replacement_due = false;
+        for (const auto& [name, o] : down_) replacement_due |= name.rfind("worker-", 0) == 0 && (o.restart_at_s || o.awaiting_incarnation);
+      }
+      if (!replacement_due && !chaos_controller) requestStop("workers_ended");
+    }
+    if (stop_sent_) {
+      if (!stopped_at) stopped_at = SteadyClock::now();
+      if (!any_worker || SteadyClock::now() - *stopped_at > std::chrono::duration<double>(kDrainS)) break;
+    }
+    std::this_thread::sleep_for(kTick);
+  }
+  if (chaos_controller) {
+    if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
+    result_.faults_applied = int(chaos_controller->appliedCount());
+    result_.chaos_leaks = chaos_controller->leakCount();
+  }
+  // Let the evaluator finish the snapshots it holds, then end every node.
+  (void)launcher_->waitExit(nodeName("evaluator", 0), deadlineIn(10s));
+  (void)launcher_->stopAll(3000ms);
+  readEvents();
+  result_.workers = collectStats("worker", workers_);
+  result_.servers = collectStats("ps", servers_);
+  exportMetrics(nullptr);
+  if (result_.wall_seconds <= 0) result_.wall_seconds = now();
+  return result_;
+}
+
+}  // namespace
+
+double StrategyResult::goodputSamplesPerSecond() const {
+  return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
+}
+
+double StrategyResult::idleFraction() const {
+  const double busy = workers.busySeconds();
+  return busy > 0 ? workers.idleSeconds() / busy : 0;
+}
+
+nlohmann::json StrategyResult::toJson() const {
+  nlohmann::json idle = {{"peer", workers.seconds[int(TimeCategory::kIdlePeer)]},
+                         {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
+                         {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
+  nlohmann::json j = {{"kind", kind},
+                      {"tta_seconds", tta_seconds ? nlohmann::json(*tta_seconds) : nlohmann::json(nullptr)},
+                      {"reached_target", tta_seconds.has_value()},
+                      {"final_accuracy", final_accuracy},
+                      {"final_loss", final_loss},
+                      {"steps", workers.steps},
+                      {"samples", workers.samples},
+                      {"samples_lost", samplesLost()},
+                      {"wall_seconds", wall_seconds},
+                      {"goodput_samples_per_s", goodputSamplesPerSecond()},
+                      {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
+                      {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
+                      {"idle_seconds", idle},
+                      {"idle_fraction", idleFraction()},
+                      {"failures", failures},
+                      {"recoveries", recoveries},
+                      {"recovery_seconds", recovery_seconds},
+                      {"faults_applied", faults_applied},
+                      {"chaos_leaks", chaos_leaks},
+                      {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},
+                      {"checkpoint_failures", workers.checkpoint_failures + servers.checkpoint_failures},
+                      {"stop_reason", stop_reason}};
+  return j;
+}
+
+Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy) {
+  Supervisor supervisor(ctx, strategy);
+  return supervisor.run();
+}
+
+}  // namespace chaosbed::run

@@ -1,0 +1,94 @@
+#pragma once
+// Runs one strategy of an experiment: launches its nodes as processes, hosts its control plane (membership,
+// stop), executes the experiment's chaos plan against it, and measures it (DESIGN.md "Measurements").
+//
+// The supervisor is the membership authority, like a Kubernetes operator or torchrun's rendezvous:
+// - a node that dies on its own (crash, kill -9 by hand) is replaced after cluster.restart_after_s; a node
+//   that chaos killed or preempted is replaced when the fault's restart_after says (maybe never);
+// - mirrored/restart: when every lost worker is back, it publishes a generation with rollback (everyone
+//   restores the last checkpoint); mirrored/elastic: at once a generation without the lost worker, and one
+//   with it (joined) when its replacement is ready;
+// - parameter_server: a worker or a shard comes back on its own (shard_restart); job_restart restarts every
+//   node of the job, which then resumes from the checkpoints.
+// Training stops when the evaluator reports the target accuracy, at the time limit, on interrupt, or when
+// every worker has ended; each node then finishes its step and exits.
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chaos/event_log.h"
+#include "chaos/fault.h"
+#include "core/metrics/accounting.h"
+#include "core/metrics/exporter.h"
+#include "experiments/spec/spec.h"
+#include "transports/bootstrap/store.h"
+
+namespace chaosbed::run {
+
+// One evaluated snapshot, with the state of the run when its result arrived.
+struct EvalPoint {
+  double time_s = 0;  // the snapshot's time since the start of training
+  int64_t step = 0;
+  double accuracy = 0;
+  double loss = 0;
+  int64_t samples = 0;  // worker samples processed so far
+  int alive = 0;        // nodes running
+};
+
+struct StrategyResult {
+  std::string label;
+  std::string kind;  // "mirrored" | "parameter_server"
+  std::optional<double> tta_seconds;
+  double final_accuracy = 0;
+  double final_loss = 0;
+  double wall_seconds = 0;   // start of training to stop
+  NodeStats workers;         // summed over every worker incarnation
+  NodeStats servers;         // summed over every server incarnation
+  int failures = 0;          // nodes lost (faults and crashes)
+  int recoveries = 0;        // failures after which training progressed again
+  std::vector<double> recovery_seconds;
+  int faults_applied = 0;
+  int64_t chaos_leaks = 0;
+  std::vector<EvalPoint> timeline;
+  std::string stop_reason;   // "target", "time_limit", "workers_ended", "interrupted", "error: ..."
+
+  // Samples rolled back: by workers (restored checkpoints) and by servers (shards restored to a checkpoint).
+  int64_t samplesLost() const { return workers.samples_lost + servers.samples_lost; }
+  double goodputSamplesPerSecond() const;
+  double idleFraction() const;
+  nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
+};
+
+// What one line of live progress shows.
+struct Progress {
+  std::string label;
+  double elapsed_s = 0;
+  std::optional<double> accuracy;
+  double steps_per_s = 0;
+  int alive = 0;
+  int nodes = 0;
+  int faults = 0;
+};
+
+struct RunContext {
+  const spec::ExperimentSpec* spec = nullptr;
+  std::string out_dir;          // the results directory of the run
+  std::string run_id;
+  std::string store_address;    // the StoreServer the nodes connect to
+  Store* store = nullptr;       // the controller's own client of it
+  chaos::EventLog* events = nullptr;   // events.jsonl
+  const chaos::Plan* plan = nullptr;   // the drawn chaos schedule (shared by every strategy)
+  const std::atomic<bool>* interrupted = nullptr;
+  MetricsExporter* metrics = nullptr;  // optional
+  std::function<void(const Progress&)> on_progress;  // about twice per second
+};
+
+Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy);
+
+}  // namespace chaosbed::run

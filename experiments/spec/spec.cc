@@ -1,0 +1,548 @@
+#include "experiments/spec/spec.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <set>
+
+#include "core/config/override.h"
+
+namespace chaosbed::spec {
+namespace {
+
+using config::ConfigNode;
+using config::Diagnostics;
+using config::Range;
+
+constexpr int kMaxNodes = 1024;
+constexpr int kMaxSweepSeeds = 1000;
+
+bool isValidName(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+void checkName(const ConfigNode& parent, const std::string& key, const std::string& value) {
+  if (parent.has(key) && !value.empty() && !isValidName(value))
+    parent.errorAt(key, "'" + value + "' may only use letters, digits, '.', '_' and '-' (at most 128)");
+}
+
+// "host:port" or "[v6]:port"; returns an error message or an empty string.
+std::string checkHostPort(std::string_view s) {
+  size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos) return "expected host:port, got '" + std::string(s) + "'";
+  std::string_view host = s.substr(0, colon), port = s.substr(colon + 1);
+  if (host.empty()) return "missing host in '" + std::string(s) + "'";
+  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string_view::npos)
+    return "an IPv6 host must be in brackets, e.g. [::1]:9464; got '" + std::string(s) + "'";
+  int p = -1;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p < 0 || p > 65535)
+    return "port must be a number in [0, 65535], got '" + std::string(port) + "'";
+  return "";
+}
+
+template <class Enum, size_t N>
+Enum enumFrom(const std::string& s, const std::pair<Enum, const char*> (&table)[N], Enum fallback) {
+  for (const auto& [v, n] : table)
+    if (s == n) return v;
+  return fallback;
+}
+
+template <class Enum, size_t N>
+const char* enumName(Enum v, const std::pair<Enum, const char*> (&table)[N]) {
+  for (const auto& [e, n] : table)
+    if (e == v) return n;
+  return "?";
+}
+
+constexpr std::pair<Transport, const char*> kTransports[] = {{Transport::kUcx, "ucx"}, {Transport::kNccl, "nccl"}};
+constexpr std::pair<Hosts, const char*> kHosts[] = {{Hosts::kLocal, "local"}, {Hosts::kNetns, "netns"}};
+constexpr std::pair<Dataset, const char*> kDatasets[] = {
+    {Dataset::kFashionMnist, "fashion-mnist"}, {Dataset::kMnist, "mnist"}, {Dataset::kSynthetic, "synthetic"}};
+constexpr std::pair<StrategyKind, const char*> kStrategies[] = {{StrategyKind::kMirrored, "mirrored"},
+                                                                {StrategyKind::kParameterServer, "parameter_server"}};
+constexpr std::pair<OnFailure, const char*> kOnFailure[] = {{OnFailure::kRestart, "restart"},
+                                                            {OnFailure::kElastic, "elastic"}};
+constexpr std::pair<OnServerFailure, const char*> kOnServerFailure[] = {
+    {OnServerFailure::kShardRestart, "shard_restart"}, {OnServerFailure::kJobRestart, "job_restart"}};
+
+// ---- sections ----
+
+void parseMetadata(const ConfigNode& root, ExperimentSpec* spec) {
+  ConfigNode m = root.requiredChild("metadata");
+  m.checkKeys({"name", "description", "labels"});
+  spec->metadata.name = m.required<std::string>("name");
+  checkName(m, "name", spec->metadata.name);
+  spec->metadata.description = m.optional<std::string>("description", "");
+  for (const auto& [key, value] : m.child("labels").entries()) {
+    if (!isValidName(key)) value.error("label names may only use letters, digits, '.', '_' and '-'");
+    spec->metadata.labels[key] = value.as<std::string>();
+  }
+}
+
+void parseCluster(const ConfigNode& root, ClusterSpec* c) {
+  ConfigNode n = root.requiredChild("cluster");
+  n.checkKeys({"workers", "servers", "cpu_per_node", "transport", "hosts"});
+  c->workers = n.required<int>("workers", Range::closed(1, kMaxNodes));
+  c->servers = n.optional<int>("servers", c->servers, Range::closed(0, kMaxNodes));
+  c->cpu_per_node = n.optional<double>("cpu_per_node", c->cpu_per_node, Range::closed(0, kMaxNodes));
+  c->transport = enumFrom(n.oneOf("transport", {"ucx", "nccl"}, "ucx"), kTransports, Transport::kUcx);
+  c->hosts = enumFrom(n.oneOf("hosts", {"local", "netns"}, "local"), kHosts, Hosts::kLocal);
+}
+
+void parseData(const ConfigNode& root, const std::string& file, DataSpec* d) {
+  ConfigNode n = root.child("data");
+  n.checkKeys({"dataset", "path", "samples", "dims", "classes"});
+  d->dataset = enumFrom(n.oneOf("dataset", {"fashion-mnist", "mnist", "synthetic"}, "fashion-mnist"), kDatasets,
+                        Dataset::kFashionMnist);
+  if (d->dataset == Dataset::kSynthetic) {
+    n.rejectKey("path", "does not apply to dataset synthetic (its samples are generated from the training seed)");
+    d->path.clear();
+    d->samples = n.optional<int64_t>("samples", 8192, Range::closed(1, 1e8));
+    d->dims = n.optional<int>("dims", 32, Range::closed(1, 1 << 20));
+    d->classes = n.optional<int>("classes", 4, Range::closed(2, 1 << 16));
+    return;
+  }
+  const std::string dataset = name(d->dataset);
+  for (const char* key : {"samples", "dims", "classes"})
+    n.rejectKey(key, std::string("applies only to dataset synthetic (") + dataset + " has 784 inputs and 10 classes)");
+  d->samples = 0;
+  d->dims = 784;
+  d->classes = 10;
+  d->path = n.optional<std::string>("path", "/usr/share/datasets/" + dataset);
+  if (n.has("path") && d->path.empty()) n.errorAt("path", "must not be empty");
+  std::filesystem::path p(d->path);
+  if (!d->path.empty() && p.is_relative()) {
+    std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    if (!dir.empty()) d->path = (dir / p).lexically_normal().string();
+  }
+}
+
+void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
+  ConfigNode n = root.child("model");
+  n.checkKeys({"kind", "layers"});
+  m->kind = n.oneOf("kind", {"mlp"}, "mlp");
+  ConfigNode layers = n.child("layers");
+  if (layers.isNull()) {
+    m->layers = data.dataset == Dataset::kSynthetic ? std::vector<int>{data.dims, 64, data.classes}
+                                                    : std::vector<int>{data.dims, 256, 128, data.classes};
+    return;
+  }
+  m->layers = layers.as<std::vector<int>>({}, Range::closed(1, 1 << 20));
+  if (!layers.isSequence() || m->layers.size() != layers.yaml().size()) return;  // already reported
+  std::vector<ConfigNode> items = layers.items();
+  if (m->layers.size() < 2) {
+    layers.error("needs at least two sizes (the data's input dims and its number of classes)");
+    return;
+  }
+  const std::string dataset = name(data.dataset);
+  if (m->layers.front() != data.dims)
+    items.front().error("the first layer must be the data's input dims (" + std::to_string(data.dims) + " for " +
+                        dataset + "), got " + std::to_string(m->layers.front()));
+  if (m->layers.back() != data.classes)
+    items.back().error("the last layer must be the number of classes (" + std::to_string(data.classes) + " for " +
+                       dataset + "), got " + std::to_string(m->layers.back()));
+}
+
+void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
+  ConfigNode n = root.child("training");
+  n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
+               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps"});
+  t->batch_per_worker = n.optional<int>("batch_per_worker", t->batch_per_worker, Range::closed(1, 1 << 16));
+  t->learning_rate = n.optional<double>("learning_rate", t->learning_rate, Range::positive());
+  t->momentum = n.optional<double>("momentum", t->momentum, Range{0, 1, false, true});
+  t->weight_decay = n.optional<double>("weight_decay", t->weight_decay, Range::nonNegative());
+  t->seed = n.optional<int64_t>("seed", seed, Range::nonNegative());
+  t->target_accuracy = n.optional<double>("target_accuracy", t->target_accuracy, Range{0, 1, true, false});
+  t->time_limit_s = n.optional<double>("time_limit_s", t->time_limit_s, Range::positive());
+  t->eval_interval_s = n.optional<double>("eval_interval_s", t->eval_interval_s, Range::positive());
+  t->checkpoint_interval_s = n.optional<double>("checkpoint_interval_s", t->checkpoint_interval_s, Range::positive());
+  t->max_steps = n.nullable<int64_t>("max_steps", std::nullopt, Range::atLeast(1));
+  if (t->eval_interval_s > t->time_limit_s)
+    n.errorAt("eval_interval_s", "must not exceed time_limit_s (" + config::formatDouble(t->time_limit_s) +
+                                     "): no snapshot would be evaluated before the limit");
+}
+
+void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::vector<StrategySpec>* out) {
+  ConfigNode list = root.requiredChild("strategies");
+  std::vector<ConfigNode> items = list.items();
+  if (list.isSequence() && items.empty()) list.error("needs at least one strategy, e.g. [{name: mirrored}]");
+  std::map<std::string, std::string> label_owner;  // label -> path of the strategy that has it
+  std::string first_ps;                            // path of the first parameter_server strategy
+  for (const ConfigNode& item : items) {
+    if (!item.isMap()) {
+      item.error("expected a map such as {name: mirrored}, got " + item.describe());
+      continue;
+    }
+    item.checkKeys({"name", "label", "on_failure", "backup_workers", "checkpoint_on_notice", "on_server_failure",
+                    "max_staleness", "shards"});
+    StrategySpec s;
+    const std::string kind = item.requiredOneOf("name", {"mirrored", "parameter_server"});
+    s.label = item.optional<std::string>("label", kind);
+    checkName(item, "label", s.label);
+    if (!s.label.empty()) {
+      auto [it, inserted] = label_owner.emplace(s.label, item.path());
+      if (!inserted)
+        item.errorAt("label", "duplicate label '" + s.label + "' (" + it->second +
+                                  " has it too); give each strategy a distinct label");
+    }
+    s.checkpoint_on_notice = item.optional<bool>("checkpoint_on_notice", false);
+    if (kind == "mirrored") {
+      s.kind = StrategyKind::kMirrored;
+      for (const char* key : {"on_server_failure", "max_staleness", "shards"})
+        item.rejectKey(key, "applies only to parameter_server strategies");
+      s.on_failure = enumFrom(item.oneOf("on_failure", {"restart", "elastic"}, "restart"), kOnFailure,
+                              OnFailure::kRestart);
+      s.backup_workers = item.optional<int>("backup_workers", 0, Range::nonNegative());
+      if (cluster.workers > 0 && s.backup_workers >= cluster.workers)
+        item.errorAt("backup_workers", "must be less than cluster.workers (" + std::to_string(cluster.workers) +
+                                           "), got " + std::to_string(s.backup_workers));
+    } else if (kind == "parameter_server") {
+      s.kind = StrategyKind::kParameterServer;
+      item.rejectKey("on_failure",
+                     "applies only to mirrored strategies (parameter_server workers carry on without a failed peer)");
+      item.rejectKey("backup_workers", "applies only to mirrored strategies");
+      s.on_server_failure = enumFrom(item.oneOf("on_server_failure", {"shard_restart", "job_restart"}, "shard_restart"),
+                                     kOnServerFailure, OnServerFailure::kShardRestart);
+      s.max_staleness = item.nullable<int>("max_staleness", std::nullopt, Range::nonNegative());
+      s.shards = item.optional<int>("shards", std::max(cluster.servers, 1), Range::closed(1, kMaxNodes));
+      if (first_ps.empty()) first_ps = item.path();
+    }
+    out->push_back(std::move(s));
+  }
+  if (!first_ps.empty() && cluster.servers == 0)
+    root.child("cluster").errorAt("servers", "must be >= 1: " + first_ps + " is a parameter_server strategy");
+}
+
+void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
+  ConfigNode n = root.child("metrics");
+  n.checkKeys({"listen", "push_gateway"});
+  m->listen = n.optional<std::string>("listen", m->listen);
+  if (n.child("listen").isScalar())
+    if (std::string why = checkHostPort(m->listen); !why.empty()) n.child("listen").error(why);
+  m->push_gateway = n.optional<std::string>("push_gateway", "");
+  if (n.child("push_gateway").isScalar() && !m->push_gateway.empty()) {
+    std::string_view g = m->push_gateway;
+    for (std::string_view scheme : {"http://", "https://"})
+      if (g.starts_with(scheme)) g.remove_prefix(scheme.size());
+    g = g.substr(0, g.find('/'));
+    if (std::string why = checkHostPort(g); !why.empty()) n.child("push_gateway").error(why);
+  }
+}
+
+void parseOutput(const ConfigNode& root, OutputSpec* o) {
+  ConfigNode n = root.child("output");
+  n.checkKeys({"dir"});
+  o->dir = n.optional<std::string>("dir", o->dir);
+  if (n.child("dir").isScalar() && o->dir.empty()) n.child("dir").error("must not be empty");
+}
+
+std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::string& file, Diagnostics* d,
+                                            bool check_sweep);
+
+// Each grid value, applied alone to the spec, must give a valid spec; errors point at the value.
+void checkSweepValues(const YAML::Node& doc, const std::string& file, const SweepSpec& sweep,
+                      const ConfigNode& grid) {
+  for (const SweepAxis& axis : sweep.grid) {
+    std::vector<ConfigNode> values = grid.child(axis.path).items();
+    for (size_t i = 0; i < axis.values.size() && i < values.size(); ++i) {
+      YAML::Node copy = YAML::Clone(doc);
+      copy.remove("sweep");
+      const std::string with = "with " + axis.path + " = " + axis.values[i];
+      if (Status s = config::applyOverride(copy, axis.path, axis.values[i]); !s.isOk()) {
+        values[i].error(s.message());
+        continue;
+      }
+      Diagnostics inner;
+      if (!parseDocument(copy, file, &inner, /*check_sweep=*/false))
+        for (const config::Diagnostic& x : inner.all())
+          values[i].error(with + ": " + (x.field.empty() ? "" : x.field + ": ") + x.message);
+    }
+  }
+}
+
+// A value as YAML text that reads back the same; a quoted scalar stays a string ("4" is not 4).
+std::string valueText(const YAML::Node& v) {
+  if (!v.IsScalar() || v.Tag() != "!") return YAML::Dump(v);
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << v.Scalar();
+  return e.c_str();
+}
+
+std::optional<SweepSpec> parseSweep(const ConfigNode& root, int64_t seed) {
+  ConfigNode n = root.child("sweep");
+  if (n.isNull()) return std::nullopt;
+  n.checkKeys({"grid", "repeats", "seeds"});
+  SweepSpec sweep;
+  for (const auto& [path, values] : n.child("grid").entries()) {
+    if (path == "sweep" || path.starts_with("sweep.") || path.starts_with("sweep[")) {
+      values.error("a sweep cannot vary its own settings");
+      continue;
+    }
+    if (!values.isSequence()) {
+      values.error("expected a list of values, got " + values.describe());
+      continue;
+    }
+    SweepAxis axis{path, {}};
+    for (const ConfigNode& v : values.items()) axis.values.push_back(valueText(v.yaml()));
+    if (axis.values.empty()) values.error("needs at least one value");
+    if (std::any_of(sweep.grid.begin(), sweep.grid.end(), [&](const SweepAxis& a) { return a.path == path; }))
+      values.error("the grid varies this path twice");
+    sweep.grid.push_back(std::move(axis));
+  }
+  std::optional<int> repeats = n.nullable<int>("repeats", std::nullopt, Range::closed(1, kMaxSweepSeeds));
+  if (n.has("seeds")) {
+    ConfigNode seeds = n.child("seeds");
+    sweep.seeds = seeds.as<std::vector<int64_t>>({}, Range::nonNegative());
+    if (seeds.isSequence() && seeds.yaml().size() == 0) seeds.error("needs at least one seed");
+    std::set<int64_t> unique(sweep.seeds.begin(), sweep.seeds.end());
+    if (unique.size() != sweep.seeds.size()) seeds.error("lists a seed more than once");
+    if (repeats && !sweep.seeds.empty() && static_cast<size_t>(*repeats) != sweep.seeds.size())
+      n.errorAt("repeats", "is " + std::to_string(*repeats) + " but " + std::to_string(sweep.seeds.size()) +
+                               " seeds are listed; give one or the other");
+  } else {
+    for (int i = 0; i < repeats.value_or(1); ++i) sweep.seeds.push_back(seed + i);
+  }
+  return sweep;
+}
+
+std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::string& file, Diagnostics* d,
+                                            bool check_sweep) {
+  const size_t errors_before = d->size();
+  ConfigNode root(doc, file, d);
+  if (root.isNull()) {
+    root.error("the spec is empty; it needs at least apiVersion, kind, metadata, cluster and strategies");
+    return std::nullopt;
+  }
+  if (!root.isMap()) {
+    root.error("expected a map (apiVersion, kind, metadata, ...), got " + root.describe());
+    return std::nullopt;
+  }
+  root.checkKeys({"apiVersion", "kind", "metadata", "seed", "cluster", "model", "data", "training", "strategies",
+                  "chaos", "metrics", "output", "sweep"});
+  ExperimentSpec spec;
+  spec.api_version = root.required<std::string>("apiVersion");
+  if (root.child("apiVersion").isScalar() && spec.api_version != kApiVersion)
+    root.child("apiVersion").error("unsupported version '" + spec.api_version + "'; this chaosbed reads " +
+                                   kApiVersion);
+  spec.kind = root.required<std::string>("kind");
+  if (root.child("kind").isScalar() && spec.kind != kKind)
+    root.child("kind").error("unsupported kind '" + spec.kind + "'; expected " + kKind);
+  parseMetadata(root, &spec);
+  spec.seed = root.optional<int64_t>("seed", spec.seed, Range::nonNegative());
+  parseCluster(root, &spec.cluster);
+  parseData(root, file, &spec.data);
+  parseModel(root, spec.data, &spec.model);
+  parseTraining(root, spec.seed, &spec.training);
+  parseStrategies(root, spec.cluster, &spec.strategies);
+
+  ConfigNode chaos = root.child("chaos");
+  if (chaos.expectMap()) {
+    spec.chaos.yaml = chaos.isNull() ? YAML::Node() : YAML::Clone(chaos.yaml());
+    spec.chaos.parsed = chaos::parseChaosSpec(chaos);
+  }
+
+  parseMetrics(root, &spec.metrics);
+  parseOutput(root, &spec.output);
+  spec.sweep = parseSweep(root, spec.seed);
+  if (check_sweep && spec.sweep && d->size() == errors_before)
+    checkSweepValues(doc, file, *spec.sweep, root.child("sweep").child("grid"));
+  if (d->size() != errors_before) return std::nullopt;
+  return spec;
+}
+
+// ---- emitting ----
+
+void emitString(YAML::Emitter& e, const char* key, const std::string& value) {
+  e << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+}
+void emitPlain(YAML::Emitter& e, const char* key, const std::string& value) {
+  e << YAML::Key << key << YAML::Value << value;
+}
+void emitDouble(YAML::Emitter& e, const char* key, double value) { emitPlain(e, key, config::formatDouble(value)); }
+void emitInt(YAML::Emitter& e, const char* key, int64_t value) { emitPlain(e, key, std::to_string(value)); }
+void emitBool(YAML::Emitter& e, const char* key, bool value) { emitPlain(e, key, value ? "true" : "false"); }
+
+}  // namespace
+
+const char* name(Transport v) { return enumName(v, kTransports); }
+const char* name(Hosts v) { return enumName(v, kHosts); }
+const char* name(Dataset v) { return enumName(v, kDatasets); }
+const char* name(StrategyKind v) { return enumName(v, kStrategies); }
+const char* name(OnFailure v) { return enumName(v, kOnFailure); }
+const char* name(OnServerFailure v) { return enumName(v, kOnServerFailure); }
+
+bool ChaosSection::operator==(const ChaosSection& other) const {
+  auto text = [](const YAML::Node& n) { return n.IsDefined() && !n.IsNull() ? YAML::Dump(n) : std::string(); };
+  return text(yaml) == text(other.yaml);
+}
+
+bool ExperimentSpec::hasParameterServer() const {
+  return std::any_of(strategies.begin(), strategies.end(),
+                     [](const StrategySpec& s) { return s.kind == StrategyKind::kParameterServer; });
+}
+
+const StrategySpec* ExperimentSpec::strategy(const std::string& label) const {
+  for (const StrategySpec& s : strategies)
+    if (s.label == label) return &s;
+  return nullptr;
+}
+
+std::optional<ExperimentSpec> parseExperimentSpec(const YAML::Node& doc, const std::string& file,
+                                                  Diagnostics* diagnostics) {
+  return parseDocument(doc, file, diagnostics, /*check_sweep=*/true);
+}
+
+std::optional<ExperimentSpec> readExperimentSpec(const std::string& path, const std::vector<std::string>& overrides,
+                                                 Diagnostics* diagnostics) {
+  std::optional<YAML::Node> doc = config::loadYamlFile(path, diagnostics);
+  if (!doc) return std::nullopt;
+  bool overrides_ok = true;
+  for (const std::string& o : overrides) {
+    if (Status s = config::applyOverrideAssignment(*doc, o); !s.isOk()) {
+      diagnostics->add(path, 0, 0, "", s.message());
+      overrides_ok = false;
+    }
+  }
+  if (!overrides_ok) return std::nullopt;
+  return parseExperimentSpec(*doc, path, diagnostics);
+}
+
+Result<ExperimentSpec> loadExperimentSpec(const std::string& path, const std::vector<std::string>& overrides) {
+  Diagnostics diagnostics;
+  std::optional<ExperimentSpec> spec = readExperimentSpec(path, overrides, &diagnostics);
+  if (!spec) return diagnostics.toStatus();
+  return std::move(*spec);
+}
+
+std::string emitExperimentSpec(const ExperimentSpec& spec) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  emitPlain(e, "apiVersion", spec.api_version);
+  emitPlain(e, "kind", spec.kind);
+  e << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
+  emitString(e, "name", spec.metadata.name);
+  emitString(e, "description", spec.metadata.description);
+  if (!spec.metadata.labels.empty()) {
+    e << YAML::Key << "labels" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : spec.metadata.labels) emitString(e, k.c_str(), v);
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  emitInt(e, "seed", spec.seed);
+
+  e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  emitInt(e, "workers", spec.cluster.workers);
+  emitInt(e, "servers", spec.cluster.servers);
+  emitDouble(e, "cpu_per_node", spec.cluster.cpu_per_node);
+  emitPlain(e, "transport", name(spec.cluster.transport));
+  emitPlain(e, "hosts", name(spec.cluster.hosts));
+  e << YAML::EndMap;
+
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  emitPlain(e, "kind", spec.model.kind);
+  e << YAML::Key << "layers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int l : spec.model.layers) e << l;
+  e << YAML::EndSeq << YAML::EndMap;
+
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  emitPlain(e, "dataset", name(spec.data.dataset));
+  if (spec.data.dataset == Dataset::kSynthetic) {
+    emitInt(e, "samples", spec.data.samples);
+    emitInt(e, "dims", spec.data.dims);
+    emitInt(e, "classes", spec.data.classes);
+  } else {
+    emitString(e, "path", spec.data.path);
+  }
+  e << YAML::EndMap;
+
+  const TrainingSpec& t = spec.training;
+  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  emitInt(e, "batch_per_worker", t.batch_per_worker);
+  emitDouble(e, "learning_rate", t.learning_rate);
+  emitDouble(e, "momentum", t.momentum);
+  emitDouble(e, "weight_decay", t.weight_decay);
+  emitInt(e, "seed", t.seed);
+  emitDouble(e, "target_accuracy", t.target_accuracy);
+  emitDouble(e, "time_limit_s", t.time_limit_s);
+  emitDouble(e, "eval_interval_s", t.eval_interval_s);
+  emitDouble(e, "checkpoint_interval_s", t.checkpoint_interval_s);
+  e << YAML::Key << "max_steps" << YAML::Value;
+  if (t.max_steps) e << std::to_string(*t.max_steps);
+  else e << YAML::Null;
+  e << YAML::EndMap;
+
+  e << YAML::Key << "strategies" << YAML::Value << YAML::BeginSeq;
+  for (const StrategySpec& s : spec.strategies) {
+    e << YAML::BeginMap;
+    emitPlain(e, "name", name(s.kind));
+    emitString(e, "label", s.label);
+    emitBool(e, "checkpoint_on_notice", s.checkpoint_on_notice);
+    if (s.kind == StrategyKind::kMirrored) {
+      emitPlain(e, "on_failure", name(s.on_failure));
+      emitInt(e, "backup_workers", s.backup_workers);
+    } else {
+      emitPlain(e, "on_server_failure", name(s.on_server_failure));
+      e << YAML::Key << "max_staleness" << YAML::Value;
+      if (s.max_staleness) e << std::to_string(*s.max_staleness);
+      else e << YAML::Null;
+      emitInt(e, "shards", s.shards);
+    }
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+
+  if (spec.chaos.yaml.IsDefined() && !spec.chaos.yaml.IsNull())
+    e << YAML::Key << "chaos" << YAML::Value << spec.chaos.yaml;
+
+  e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+  emitString(e, "listen", spec.metrics.listen);
+  if (!spec.metrics.push_gateway.empty()) emitString(e, "push_gateway", spec.metrics.push_gateway);
+  e << YAML::EndMap;
+
+  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  emitString(e, "dir", spec.output.dir);
+  e << YAML::EndMap;
+
+  if (spec.sweep) {
+    e << YAML::Key << "sweep" << YAML::Value << YAML::BeginMap;
+    if (!spec.sweep->grid.empty()) {
+      e << YAML::Key << "grid" << YAML::Value << YAML::BeginMap;
+      for (const SweepAxis& axis : spec.sweep->grid) {
+        e << YAML::Key << axis.path << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (const std::string& v : axis.values) e << YAML::Load(v);
+        e << YAML::EndSeq;
+      }
+      e << YAML::EndMap;
+    }
+    e << YAML::Key << "seeds" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int64_t s : spec.sweep->seeds) e << s;
+    e << YAML::EndSeq << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+std::vector<SweepPoint> sweepPoints(const SweepSpec& sweep) {
+  std::vector<SweepPoint> points;
+  std::vector<size_t> index(sweep.grid.size(), 0);
+  for (const SweepAxis& axis : sweep.grid)
+    if (axis.values.empty()) return points;
+  while (true) {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    for (size_t a = 0; a < sweep.grid.size(); ++a)
+      overrides.emplace_back(sweep.grid[a].path, sweep.grid[a].values[index[a]]);
+    for (int64_t seed : sweep.seeds) points.push_back(SweepPoint{overrides, seed});
+    // Odometer: the last axis varies fastest.
+    size_t a = sweep.grid.size();
+    while (a > 0 && ++index[a - 1] == sweep.grid[a - 1].values.size()) index[--a] = 0;
+    if (a == 0) break;
+  }
+  return points;
+}
+
+}  // namespace chaosbed::spec

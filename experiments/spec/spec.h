@@ -1,0 +1,197 @@
+#pragma once
+// ExperimentSpec: a chaosbed experiment file (YAML), parsed, defaulted and validated.
+//
+//   apiVersion: chaosbed/v1alpha1          # required, exactly this
+//   kind: Experiment                       # required
+//   metadata: {name: spot-preemption, description: ..., labels: {team: ml}}   # name required
+//   seed: 42                               # default 1; training.seed defaults to it
+//   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx, hosts: local}
+//   model: {kind: mlp, layers: [784, 256, 128, 10]}    # layers: data dims first, classes last
+//   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+//         # synthetic: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
+//   training: {batch_per_worker, learning_rate, momentum, weight_decay, seed, target_accuracy, time_limit_s,
+//              eval_interval_s, checkpoint_interval_s, max_steps}
+//   strategies:                            # required, at least one; labels unique
+//     - {name: mirrored, label: m, on_failure: restart|elastic, backup_workers: 0, checkpoint_on_notice: false}
+//     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
+//        checkpoint_on_notice: false}
+//   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
+//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091}
+//   output: {dir: results}
+//   sweep: {grid: {cluster.workers: [2, 4, 8]}, repeats: 3}   # or seeds: [1, 2, 3]
+//
+// Contract: parsing never throws and never stops at the first problem; every problem becomes a
+// config::Diagnostic "file:line:col: field: message". Options that do not apply to a strategy or dataset
+// are errors, not silently ignored. The result has every default filled in; emitExperimentSpec() writes it
+// back as YAML that parses to an equal spec.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "chaos/spec.h"
+#include "core/config/config.h"
+#include "transports/status.h"
+
+namespace chaosbed::spec {
+
+inline constexpr const char* kApiVersion = "chaosbed/v1alpha1";
+inline constexpr const char* kKind = "Experiment";
+
+enum class Transport : uint8_t { kUcx, kNccl };
+enum class Hosts : uint8_t { kLocal, kNetns };
+enum class Dataset : uint8_t { kFashionMnist, kMnist, kSynthetic };
+enum class StrategyKind : uint8_t { kMirrored, kParameterServer };
+enum class OnFailure : uint8_t { kRestart, kElastic };
+enum class OnServerFailure : uint8_t { kShardRestart, kJobRestart };
+
+// The spelling used in spec files: "ucx", "netns", "fashion-mnist", "parameter_server", "shard_restart", ...
+const char* name(Transport v);
+const char* name(Hosts v);
+const char* name(Dataset v);
+const char* name(StrategyKind v);
+const char* name(OnFailure v);
+const char* name(OnServerFailure v);
+
+struct Metadata {
+  std::string name;  // [A-Za-z0-9._-]+: it names result directories and Prometheus label values
+  std::string description;
+  std::map<std::string, std::string> labels;
+  bool operator==(const Metadata&) const = default;
+};
+
+struct ClusterSpec {
+  int workers = 0;           // required, in [1, 1024]
+  int servers = 1;           // parameter-server processes; >= 1 when a parameter_server strategy is listed
+  double cpu_per_node = 0;   // CPU quota per node in cores; 0 = no quota
+  Transport transport = Transport::kUcx;
+  Hosts hosts = Hosts::kLocal;
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+struct ModelSpec {
+  std::string kind = "mlp";  // the only kind so far
+  std::vector<int> layers;   // default {dims, 256, 128, classes}
+  bool operator==(const ModelSpec&) const = default;
+};
+
+struct DataSpec {
+  Dataset dataset = Dataset::kFashionMnist;
+  std::string path;      // fashion-mnist/mnist: directory of the IDX files (relative: to the spec's folder)
+  int64_t samples = 0;   // synthetic only (default 8192); 0 for the image datasets
+  int dims = 784;        // input features: 784 for the image datasets; synthetic default 32
+  int classes = 10;      // 10 for the image datasets; synthetic default 4
+  bool operator==(const DataSpec&) const = default;
+};
+
+struct TrainingSpec {
+  int batch_per_worker = 64;
+  double learning_rate = 0.05;
+  double momentum = 0.9;               // [0, 1)
+  double weight_decay = 0;
+  int64_t seed = 1;                    // default: the top-level seed
+  double target_accuracy = 0.85;       // (0, 1]
+  double time_limit_s = 300;
+  double eval_interval_s = 1.0;
+  double checkpoint_interval_s = 5.0;
+  std::optional<int64_t> max_steps;    // per worker; none = until the target or the time limit
+  bool operator==(const TrainingSpec&) const = default;
+};
+
+struct StrategySpec {
+  StrategyKind kind = StrategyKind::kMirrored;  // `name:` in the file
+  std::string label;                            // unique; default: the name
+  bool checkpoint_on_notice = false;            // checkpoint when a preemption notice arrives
+  // mirrored only
+  OnFailure on_failure = OnFailure::kRestart;
+  int backup_workers = 0;                       // [0, workers - 1]
+  // parameter_server only
+  OnServerFailure on_server_failure = OnServerFailure::kShardRestart;
+  std::optional<int> max_staleness;             // none = fully asynchronous; 0 = synchronous PS
+  int shards = 0;                               // default: cluster.servers
+  bool operator==(const StrategySpec&) const = default;
+};
+
+// The `chaos:` section: the YAML as written (for the resolved spec and the results directory) and its parse.
+struct ChaosSection {
+  YAML::Node yaml;          // null when the spec has no chaos section
+  chaos::ChaosSpec parsed;  // from chaos::parseChaosSpec
+  // Equal when the YAML is equal (the parse is a function of it).
+  bool operator==(const ChaosSection& other) const;
+};
+
+struct MetricsSpec {
+  std::string listen = "127.0.0.1:9464";  // host:port of the Prometheus exporter; port 0 = any free port
+  std::string push_gateway;               // empty = none; else [http[s]://]host:port[/path]
+  bool operator==(const MetricsSpec&) const = default;
+};
+
+struct OutputSpec {
+  std::string dir = "results";  // relative to the working directory of `chaosbed run`
+  bool operator==(const OutputSpec&) const = default;
+};
+
+struct SweepAxis {
+  std::string path;                 // dotted path into the spec ("cluster.workers")
+  std::vector<std::string> values;  // each value as YAML text ("8", "null", "[784, 64, 10]")
+  bool operator==(const SweepAxis&) const = default;
+};
+
+struct SweepSpec {
+  std::vector<SweepAxis> grid;  // in file order; the sweep is their cross product
+  std::vector<int64_t> seeds;   // one run per seed for each grid point; default: seed, seed+1, ... (repeats)
+  bool operator==(const SweepSpec&) const = default;
+};
+
+// One run of a sweep: the overrides to apply (in order) and the top-level seed.
+struct SweepPoint {
+  std::vector<std::pair<std::string, std::string>> overrides;  // (path, YAML value)
+  int64_t seed = 0;
+  bool operator==(const SweepPoint&) const = default;
+};
+
+struct ExperimentSpec {
+  std::string api_version = kApiVersion;
+  std::string kind = kKind;
+  Metadata metadata;
+  int64_t seed = 1;
+  ClusterSpec cluster;
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  std::vector<StrategySpec> strategies;
+  ChaosSection chaos;
+  MetricsSpec metrics;
+  OutputSpec output;
+  std::optional<SweepSpec> sweep;
+
+  bool hasParameterServer() const;
+  const StrategySpec* strategy(const std::string& label) const;  // nullptr when no strategy has the label
+  bool operator==(const ExperimentSpec&) const = default;
+};
+
+// Parses and validates a spec document; `file` names it in diagnostics and anchors relative paths. Every
+// problem is added to `diagnostics`; returns nullopt when there was any.
+std::optional<ExperimentSpec> parseExperimentSpec(const YAML::Node& doc, const std::string& file,
+                                                  config::Diagnostics* diagnostics);
+
+// Reads `path`, applies `overrides` ("cluster.workers=8", see core/config/override.h) in order, and parses.
+// An unreadable file, a YAML syntax error or a bad override is a diagnostic like any other.
+std::optional<ExperimentSpec> readExperimentSpec(const std::string& path, const std::vector<std::string>& overrides,
+                                                 config::Diagnostics* diagnostics);
+
+// readExperimentSpec as a Result: InvalidArgument with one diagnostic per line.
+Result<ExperimentSpec> loadExperimentSpec(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The resolved spec (every default filled in) as YAML text; parseExperimentSpec of it gives an equal spec.
+std::string emitExperimentSpec(const ExperimentSpec& spec);
+
+// The runs of a sweep: the cross product of the grid (the first axis varies slowest) times the seeds.
+std::vector<SweepPoint> sweepPoints(const SweepSpec& sweep);
+
+}  // namespace chaosbed::spec

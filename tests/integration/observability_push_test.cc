@@ -1,0 +1,84 @@
+// MetricsExporter::push against a real Prometheus Pushgateway (Debian's prometheus-pushgateway) on
+// loopback: what was pushed is served back under job="chaosbed" and the experiment's grouping key, with
+// exact values; a second push replaces the first; errors are values (bad address, nothing listening).
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/metrics/exporter.h"
+#include "core/metrics/prometheus_scrape.h"
+#include "tests/integration/observability_test_util.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace observability_test;
+using namespace std::chrono_literals;
+
+std::string pushgatewayBinary() {
+  for (const char* p : {"prometheus-pushgateway", "pushgateway"})
+    if (haveTool(p)) return p;
+  return "";
+}
+
+TEST(ObservabilityPush, PushesToARealPushgateway) {
+  const std::string bin = pushgatewayBinary();
+  if (bin.empty()) GTEST_SKIP() << "no Pushgateway installed (Debian package prometheus-pushgateway)";
+  const int port = freePort();
+  ASSERT_GT(port, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  Child gw({bin, "--web.listen-address=" + addr});
+  ASSERT_TRUE(gw.started());
+  ASSERT_TRUE(gw.waitForLine("Listening on", deadlineIn(30s))) << gw.output();
+
+  auto e = MetricsExporter::create("127.0.0.1:0");
+  ASSERT_TRUE(e.isOk()) << e.status().toString();
+  NodeStats s;
+  s.steps = 42;
+  s.samples = 42 * 32;
+  s.seconds[int(TimeCategory::kIdleServer)] = 1.25;
+  (*e)->updateNode({"nightly", "parameter_server", "worker", "worker-0"}, s);
+  (*e)->setTimeToAccuracy("nightly", "parameter_server", 17.5);
+  ASSERT_TRUE((*e)->push("http://" + addr, "nightly").isOk());
+
+  auto body = httpGet(addr, "/metrics", deadlineIn(10s));
+  ASSERT_TRUE(body.isOk()) << body.status().toString();
+  auto x = parseExposition(*body);
+  ASSERT_TRUE(x.isOk()) << x.status().toString();
+  const std::map<std::string, std::string> key{{"job", "chaosbed"}, {"experiment", "nightly"}, {"strategy", "parameter_server"}};
+  EXPECT_EQ(x->value("chaosbed_time_to_accuracy_seconds", key).value(), 17.5);
+  auto w0 = key;
+  w0["node"] = "worker-0";
+  EXPECT_EQ(x->value("chaosbed_steps_total", w0).value(), 42);
+  w0["reason"] = "server";
+  EXPECT_EQ(x->value("chaosbed_idle_seconds_total", w0).value(), 1.25);
+  // The Pushgateway records a successful push per group.
+  EXPECT_GT(x->value("push_time_seconds", {{"job", "chaosbed"}, {"experiment", "nightly"}}).value(), 0);
+
+  // A later push of the same experiment replaces the group (PUT semantics), without a host prefix.
+  s.steps = 50;
+  (*e)->updateNode({"nightly", "parameter_server", "worker", "worker-0"}, s);
+  ASSERT_TRUE((*e)->push(addr, "nightly").isOk());
+  body = httpGet(addr, "/metrics", deadlineIn(10s));
+  ASSERT_TRUE(body.isOk()) << body.status().toString();
+  x = parseExposition(*body);
+  ASSERT_TRUE(x.isOk());
+  w0.erase("reason");
+  EXPECT_EQ(x->value("chaosbed_steps_total", w0).value(), 50);
+  EXPECT_TRUE(gw.terminate(deadlineIn(10s)).has_value());
+}
+
+TEST(ObservabilityPush, ErrorsAreValues) {
+  auto e = MetricsExporter::create("127.0.0.1:0");
+  ASSERT_TRUE(e.isOk()) << e.status().toString();
+  Status bad = (*e)->push("http://no-port-here", "x");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.toString();
+  EXPECT_NE(bad.message().find("no-port-here"), std::string::npos) << bad.toString();
+  const int port = freePort();  // nothing listens there
+  Status refused = (*e)->push("127.0.0.1:" + std::to_string(port), "x");
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.toString();
+}
+
+}  // namespace
+}  // namespace chaosbed

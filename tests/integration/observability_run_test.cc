@@ -1,0 +1,216 @@
+// End to end: a real `chaosbed run` of experiments/scenarios/tiny-synthetic.yaml with its exporter on
+// 127.0.0.1:0.
+// - Scraped live during the run: `promtool check metrics` is clean, every chaosbed_* metric name used by the
+//   dashboard and the rules is exported, scrapes are fast.
+// - A real Prometheus server on loopback (with rules.yml loaded) scrapes the run; afterwards the TTA, idle
+//   and recorded idle-fraction series are queried back through its HTTP API.
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "core/metrics/prometheus_scrape.h"
+#include "tests/integration/observability_test_util.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace observability_test;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kScenario = repoRoot() / "experiments" / "scenarios" / "tiny-synthetic.yaml";
+
+// Every chaosbed_* name used by a dashboard query or a rule expression.
+std::set<std::string> namesUsedByDashboardsAndRules() {
+  std::set<std::string> names;
+  const json d = json::parse(readFile(dashboardsDir() / "grafana" / "chaosbed.json"));
+  std::function<void(const json&)> walk = [&](const json& j) {
+    if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if ((it.key() == "expr" || it.key() == "definition") && it.value().is_string())
+          names.merge(metricNames(it.value().get<std::string>()));
+        walk(it.value());
+      }
+    } else if (j.is_array()) {
+      for (const json& e : j) walk(e);
+    }
+  };
+  walk(d);
+  const YAML::Node rules = YAML::LoadFile((dashboardsDir() / "prometheus" / "rules.yml").string());
+  for (const auto& g : rules["groups"])
+    for (const auto& r : g["rules"]) names.merge(metricNames(r["expr"].as<std::string>()));
+  return names;
+}
+
+// `chaosbed run` of the tiny scenario; stdout is line-buffered (stdbuf) so the "metrics:" line arrives at once.
+class Run {
+ public:
+  explicit Run(const fs::path& out)
+      : child_({"stdbuf", "-oL", "-eL", CHAOSBED_BINARY, "run", kScenario.string(), "--out", out.string(),
+                "--metrics_addr", "127.0.0.1:0"}) {}
+  // The exporter's host:port from the "metrics: http://HOST:PORT/metrics" line.
+  std::string waitForAddress() {
+    auto line = child_.waitForLine("metrics: http://", deadlineIn(60s));
+    if (!line) return "";
+    const size_t start = line->find("http://") + 7;
+    return line->substr(start, line->find("/metrics", start) - start);
+  }
+  Child& child() { return child_; }
+
+ private:
+  Child child_;
+};
+
+bool runnable(std::string* why) {
+  if (!fs::exists(CHAOSBED_BINARY)) *why = std::string("no chaosbed binary at ") + CHAOSBED_BINARY;
+  else if (!fs::exists(kScenario)) *why = "no scenario " + kScenario.string();
+  else if (!haveTool("promtool")) *why = "promtool not installed (Debian package prometheus)";
+  else return true;
+  return false;
+}
+
+TEST(ObservabilityRun, LiveScrapeIsCleanAndCoversDashboardsAndRules) {
+  std::string why;
+  if (!runnable(&why)) GTEST_SKIP() << why;
+  TempDir out("obs_run");
+  Run run(out.path() / "results");
+  const std::string addr = run.waitForAddress();
+  ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
+
+  std::set<std::string> exported;
+  std::string richest;  // the scrape with the most samples, for promtool
+  size_t richest_samples = 0;
+  int scrapes = 0;
+  double max_ms = 0;
+  // Scrape at every line of progress the run prints, and at least every 200 ms, until it exits.
+  while (!run.child().eof()) {
+    run.child().readLine(deadlineIn(200ms));
+    const auto t0 = SteadyClock::now();
+    auto body = httpGet(addr, "/metrics", deadlineIn(5s));
+    const double ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
+    if (!body.isOk()) continue;  // the run has just finished and closed its endpoint
+    ++scrapes;
+    max_ms = std::max(max_ms, ms);
+    auto x = parseExposition(*body);
+    ASSERT_TRUE(x.isOk()) << x.status().toString() << "\n" << *body;
+    for (const auto& s : x->samples) exported.insert(s.name);
+    for (const auto& [family, type] : x->types) exported.insert(family);
+    if (x->samples.size() >= richest_samples) {
+      richest_samples = x->samples.size();
+      richest = *body;
+    }
+  }
+  auto rc = run.child().waitExit(deadlineIn(60s));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 0) << run.child().output();
+  ASSERT_GT(scrapes, 5) << run.child().output();
+  std::printf("[observability] %d live scrapes, slowest %.2f ms, richest %zu samples\n", scrapes, max_ms, richest_samples);
+  EXPECT_LT(max_ms, 1000) << "a scrape should take milliseconds (bench/metrics_bench.sh measures it)";
+
+  const fs::path file = out.path() / "scrape.txt";
+  std::ofstream(file) << richest;
+  auto lint = runCommand("promtool check metrics < " + file.string());
+  EXPECT_EQ(lint.rc, 0) << lint.output;
+  EXPECT_EQ(lint.output, "") << "promtool lint findings";
+
+  const auto used = namesUsedByDashboardsAndRules();
+  ASSERT_GE(used.size(), 15u);
+  for (const auto& name : used) EXPECT_TRUE(exported.count(name)) << name << " is used by dashboards/ but the run never exported it";
+}
+
+// Instant query through Prometheus's HTTP API; the result vector.
+json promQuery(const std::string& prom, const std::string& q) {
+  std::string enc;
+  for (unsigned char c : q) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') enc += char(c);
+    else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      enc += buf;
+    }
+  }
+  auto body = httpGet(prom, "/api/v1/query?query=" + enc, deadlineIn(10s));
+  if (!body.isOk()) return json::array();
+  json j = json::parse(*body, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") return json::array();
+  return j["data"]["result"];
+}
+
+double sampleValue(const json& r) { return std::stod(r["value"][1].get<std::string>()); }
+
+TEST(ObservabilityRun, RealPrometheusScrapesARun) {
+  std::string why;
+  if (!runnable(&why)) GTEST_SKIP() << why;
+  if (!haveTool("prometheus")) GTEST_SKIP() << "prometheus not installed (Debian package prometheus)";
+  TempDir dir("obs_prom");
+  Run run(dir.path() / "results");
+  const std::string addr = run.waitForAddress();
+  ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
+
+  // Our prometheus.yml and rules.yml, with a 1 s interval and the run's address as the target.
+  YAML::Node config = YAML::LoadFile((dashboardsDir() / "prometheus" / "prometheus.yml").string());
+  config["global"]["scrape_interval"] = "1s";
+  config["global"]["evaluation_interval"] = "1s";
+  config["rule_files"] = YAML::Load("[" + (dashboardsDir() / "prometheus" / "rules.yml").string() + "]");
+  YAML::Node scrape = YAML::Load("[{job_name: chaosbed, static_configs: [{targets: ['" + addr + "']}]}]");
+  config["scrape_configs"] = scrape;
+  const fs::path config_file = dir.path() / "prometheus.yml";
+  {
+    YAML::Emitter e;
+    e << config;
+    std::ofstream(config_file) << e.c_str();
+  }
+  const int port = freePort();
+  const std::string prom = "127.0.0.1:" + std::to_string(port);
+  Child server({"prometheus", "--config.file=" + config_file.string(), "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+                "--web.listen-address=" + prom});
+  ASSERT_TRUE(server.waitForLine("Server is ready to receive web requests", deadlineIn(60s))) << server.output();
+
+  auto rc = run.child().waitExit(deadlineIn(120s));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 0) << run.child().output();
+
+  // The target is gone now, so its series are stale: look back over the run.
+  const json up = promQuery(prom, "max_over_time(up{job=\"chaosbed\"}[10m])");
+  ASSERT_EQ(up.size(), 1u) << up.dump();
+  EXPECT_EQ(sampleValue(up[0]), 1) << "Prometheus never scraped the run successfully";
+
+  const json tta = promQuery(prom, "last_over_time(chaosbed_time_to_accuracy_seconds{experiment=\"tiny-synthetic\"}[10m])");
+  ASSERT_GE(tta.size(), 1u) << "no strategy reached the target (or TTA not exported): " << tta.dump() << "\n"
+                            << run.child().output();
+  for (const json& r : tta) {
+    EXPECT_GT(sampleValue(r), 0) << r.dump();
+    EXPECT_LT(sampleValue(r), 120) << r.dump();
+  }
+  std::printf("[observability] TTA from Prometheus: %s\n", tta.dump().c_str());
+
+  const json idle = promQuery(prom, "sum by (strategy, reason) (last_over_time(chaosbed_idle_seconds_total[10m]))");
+  std::set<std::string> reasons;
+  for (const json& r : idle) reasons.insert(r["metric"]["reason"].get<std::string>());
+  EXPECT_EQ(reasons, (std::set<std::string>{"peer", "server", "recovery"})) << idle.dump();
+  double total_idle = 0;
+  for (const json& r : idle) total_idle += sampleValue(r);
+  EXPECT_GT(total_idle, 0) << "a 2 s worker pause must make someone wait: " << idle.dump();
+  std::printf("[observability] idle seconds from Prometheus: %s\n", idle.dump().c_str());
+
+  // The recording rules ran on the real series.
+  const json frac = promQuery(prom, "max_over_time(chaosbed:idle_fraction:ratio_rate1m[10m])");
+  ASSERT_GE(frac.size(), 1u) << frac.dump();
+  for (const json& r : frac) {
+    EXPECT_GE(sampleValue(r), 0) << r.dump();
+    EXPECT_LE(sampleValue(r), 1) << r.dump();
+  }
+  const json goodput = promQuery(prom, "max_over_time(chaosbed:goodput_samples:rate1m[10m])");
+  ASSERT_GE(goodput.size(), 1u) << goodput.dump();
+  EXPECT_GT(sampleValue(goodput[0]), 0) << goodput.dump();
+  EXPECT_TRUE(server.terminate(deadlineIn(30s)).has_value());
+}
+
+}  // namespace
+}  // namespace chaosbed

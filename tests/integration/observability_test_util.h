@@ -1,0 +1,210 @@
+#pragma once
+// Helpers of the observability tests: the repository's dashboards/ folder, running a tool and capturing its
+// output, a child process whose stdout+stderr lines are read with deadlines (the controller, a Prometheus
+// server, a Pushgateway), free loopback ports, and the metric names a PromQL expression refers to.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace chaosbed::observability_test {
+
+// The repository root, from this header's own path (tests/integration/...).
+inline std::filesystem::path repoRoot() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+}
+inline std::filesystem::path dashboardsDir() { return repoRoot() / "dashboards"; }
+
+inline bool haveTool(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+inline std::string readFile(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct CommandResult {
+  int rc = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line to completion (the tools used here finish in well under a second).
+inline CommandResult runCommand(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// A fresh temporary directory, removed with the object.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / ("chaosbed_" + tag + "_XXXXXX")).string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A loopback TCP port free at the time of the call (the kernel's choice for port 0).
+inline int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// A child process (own process group, dies with the test) whose stdout and stderr arrive as lines on one
+// pipe. The destructor kills (SIGKILL to the group) and reaps it if it is still running.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      std::fprintf(stderr, "exec %s failed\n", args[0]);
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && !exit_code_) {
+      ::kill(-pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
+      int st;
+      ::waitpid(pid_, &st, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  bool started() const { return pid_ > 0 && fd_ >= 0; }
+  pid_t pid() const { return pid_; }
+
+  // The next complete line, or nullopt at the deadline or at end of output (eof() tells which).
+  std::optional<std::string> readLine(Deadline deadline) {
+    for (;;) {
+      if (size_t nl = partial_.find('\n'); nl != std::string::npos) {
+        std::string line = partial_.substr(0, nl);
+        partial_.erase(0, nl + 1);
+        output_ += line + "\n";
+        return line;
+      }
+      if (eof_) return std::nullopt;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+      if (left <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, int(left)) <= 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n > 0) partial_.append(buf, size_t(n));
+      else if (n == 0) eof_ = true;
+    }
+  }
+  // Reads lines until one contains `needle`; that line, or nullopt (deadline or end of output).
+  std::optional<std::string> waitForLine(const std::string& needle, Deadline deadline) {
+    while (auto line = readLine(deadline))
+      if (line->find(needle) != std::string::npos) return line;
+    return std::nullopt;
+  }
+  bool eof() const { return eof_; }
+  // Everything read so far (for failure messages).
+  const std::string& output() const { return output_; }
+
+  // Drains the output and reaps the process: its exit code (128 + signal if killed), or nullopt at the
+  // deadline (the process is then left to the destructor).
+  std::optional<int> waitExit(Deadline deadline) {
+    while (readLine(deadline)) {
+    }
+    while (!exit_code_) {
+      int st = 0;
+      pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (SteadyClock::now() >= deadline) return std::nullopt;
+      // The output pipe is closed, so there is no event left to wait on but the exit itself.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return exit_code_;
+  }
+  // SIGTERM, then waitExit.
+  std::optional<int> terminate(Deadline deadline) {
+    if (!exit_code_) ::kill(pid_, SIGTERM);
+    return waitExit(deadline);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string partial_, output_;
+  bool eof_ = false;
+  std::optional<int> exit_code_;
+};
+
+// Names of chaosbed metrics (chaosbed_*, not recording rules chaosbed:*) that a PromQL expression uses.
+inline std::set<std::string> metricNames(const std::string& promql) {
+  static const std::regex kName(R"((^|[^A-Za-z0-9_:])(chaosbed_[A-Za-z0-9_]+))");
+  std::set<std::string> out;
+  for (auto it = std::sregex_iterator(promql.begin(), promql.end(), kName); it != std::sregex_iterator(); ++it)
+    out.insert((*it)[2].str());
+  return out;
+}
+
+}  // namespace chaosbed::observability_test

@@ -1,0 +1,99 @@
+// End to end: `chaosbed run` of the tiny synthetic scenario, as a user runs it.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chaosbed/config.h"
+#include "tests/testing/command.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string scenario(const std::string& name) {
+  return std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/" + name;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
+  const std::string out = testing::makeTempDir("run");
+  ASSERT_FALSE(out.empty());
+  testing::Command run({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"), "--out=" + out,
+                        "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << "run did not finish in 180 s:\n" << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+
+  for (const char* f : {"spec.yaml", "events.jsonl", "timeseries.csv", "summary.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f << " missing in " << out;
+
+  auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
+  EXPECT_TRUE(summary["complete"].get<bool>());
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    ASSERT_TRUE(summary["strategies"].contains(label)) << summary.dump(2);
+    const auto& s = summary["strategies"][label];
+    ASSERT_FALSE(s["tta_seconds"].is_null()) << s.dump(2);
+    EXPECT_GT(s["tta_seconds"].get<double>(), 0);
+    EXPECT_GE(s["final_accuracy"].get<double>(), 0.8);
+    EXPECT_GT(s["steps"].get<int64_t>(), 0);
+    EXPECT_GT(s["goodput_samples_per_s"].get<double>(), 0);
+    for (const char* reason : {"peer", "server", "recovery"}) EXPECT_TRUE(s["idle_seconds"].contains(reason));
+    EXPECT_GE(s["idle_fraction"].get<double>(), 0);
+    EXPECT_LE(s["idle_fraction"].get<double>(), 1);
+    EXPECT_TRUE(s["recoveries"].is_number_integer());
+  }
+  const std::string series = readFile(out + "/timeseries.csv");
+  EXPECT_EQ(series.rfind("time_s,strategy,accuracy,loss,samples,alive_nodes\n", 0), 0u);
+  EXPECT_NE(series.find(",mirrored,"), std::string::npos);
+  EXPECT_NE(series.find(",parameter_server,"), std::string::npos);
+  const std::string events = readFile(out + "/events.jsonl");
+  EXPECT_NE(events.find("\"chaos.applied\""), std::string::npos) << "the scenario's pause was not applied";
+  EXPECT_NE(events.find("\"eval\""), std::string::npos);
+  EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the run";
+}
+
+TEST(RunExperiment, InterruptKeepsWhatWasMeasured) {
+  const std::string out = testing::makeTempDir("interrupt");
+  testing::Command run({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"), "--out=" + out,
+                        "--metrics_addr=127.0.0.1:0"});
+  // Interrupt once the first strategy has finished and the second has started.
+  ASSERT_TRUE(run.waitForLine("[mirrored] done", deadlineIn(120s))) << run.output();
+  ASSERT_TRUE(run.waitForLine("[parameter_server]", deadlineIn(60s))) << run.output();
+  run.signal(SIGINT);
+  auto code = run.wait(deadlineIn(60s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  EXPECT_EQ(*code, 130) << run.output();
+  auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
+  EXPECT_FALSE(summary["complete"].get<bool>());
+  EXPECT_TRUE(summary["strategies"].contains("mirrored"));
+  EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the interrupted run";
+}
+
+TEST(RunExperiment, InvalidSpecExitsThreeWithLocation) {
+  const std::string dir = testing::makeTempDir("badspec");
+  const std::string spec = dir + "/bad.yaml";
+  std::ofstream(spec) << "apiVersion: chaosbed/v1alpha1\nkind: Experiment\nmetadata: {name: bad}\n"
+                         "cluster: {workers: 2, wrokers: 3}\nstrategies: [{name: mirrored}]\n";
+  testing::Command run({testing::chaosbedBinary(), "run", spec});
+  auto code = run.wait(deadlineIn(30s));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 3) << run.output();
+  EXPECT_NE(run.output().find(spec + ":4:"), std::string::npos) << run.output();
+}
+
+}  // namespace
+}  // namespace chaosbed

@@ -1,0 +1,287 @@
+// Multi-process tests of the UCX transport: every rank is a forked process (tests/testing/multiprocess.h)
+// rendezvousing through the parent's bootstrap store. Children return non-zero and report "FAIL ..." on a
+// wrong result; the parent asserts exit codes, reports and timings.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tests/testing/multiprocess.h"
+#include "transports/ucx/transport.h"
+
+namespace chaosbed {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::ChildContext;
+using testing::MultiProcess;
+
+std::unique_ptr<Transport> makeTransport(ChildContext& c, const std::string& prefix = "ucxtest") {
+  UcxOptions o;
+  o.rank = c.rank();
+  o.size = c.size();
+  o.prefix = prefix;
+  o.connect_timeout = seconds(20);
+  auto t = createUcxTransport(c.store(), o);
+  if (!t.isOk()) {
+    c.report("FAIL create: " + t.status().toString());
+    _exit(2);
+  }
+  return std::move(t).value();
+}
+
+// Deterministic content that differs per size, sender and offset.
+std::vector<std::byte> pattern(size_t n, int from) {
+  std::vector<std::byte> v(n);
+  uint32_t x = static_cast<uint32_t>(n * 2654435761u) ^ static_cast<uint32_t>(from * 40503u);
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = static_cast<std::byte>(x >> 24);
+  }
+  return v;
+}
+
+// Reaps every child still running and expects each to have exited 0.
+void expectAllExitZero(MultiProcess& mp, seconds limit) {
+  std::vector<int> codes;
+  ASSERT_TRUE(mp.waitAllExit(deadlineIn(limit), &codes).isOk());
+  for (size_t r = 0; r < codes.size(); ++r) {
+    if (codes[r] == -1) continue;  // reaped earlier by the test
+    std::string log;
+    for (const auto& line : mp.reports(static_cast<int>(r))) log += "\n  " + line;
+    EXPECT_EQ(codes[r], 0) << "rank " << r << " reported:" << log;
+  }
+}
+
+TEST(UcxTransport, SendRecvFromZeroBytesTo64MiBBothDirections) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    const int other = 1 - c.rank();
+    const size_t sizes[] = {0, 1, 8, 4095, 4096, 65537, 1 << 20, 16 << 20, 64 << 20};
+    Tag tag = 7;
+    for (size_t n : sizes) {
+      for (int sender = 0; sender < 2; ++sender, ++tag) {
+        Deadline d = deadlineIn(seconds(30));
+        if (c.rank() == sender) {
+          auto data = pattern(n, sender);
+          if (Status s = send(*t, other, tag, data, d); !s.isOk()) return c.fail("send " + std::to_string(n) + ": " + s.toString());
+        } else {
+          std::vector<std::byte> got(n + 16, std::byte{0x5a});  // larger than needed: received size is checked
+          RequestPtr r = t->irecv(other, tag, got);
+          if (Status s = wait(*t, r, d); !s.isOk()) return c.fail("recv " + std::to_string(n) + ": " + s.toString());
+          if (r->receivedBytes() != n) return c.fail("received " + std::to_string(r->receivedBytes()) + " of " + std::to_string(n));
+          if (r->source() != other) return c.fail("source " + std::to_string(r->source()));
+          auto want = pattern(n, sender);
+          if (n > 0 && std::memcmp(got.data(), want.data(), n) != 0) return c.fail("content mismatch at " + std::to_string(n));
+          if (got[n] != std::byte{0x5a}) return c.fail("wrote past the message at " + std::to_string(n));
+        }
+      }
+    }
+    c.report("done");
+    return 0;
+  }).isOk());
+  expectAllExitZero(mp, seconds(120));
+}
+
+TEST(UcxTransport, WildcardReceiveReportsEachSender) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(3, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    const Tag tag = 42;
+    const size_t n = 256 << 10;  // rendezvous-sized
+    if (c.rank() != 0) {
+      auto data = pattern(n, c.rank());
+      Status s = send(*t, 0, tag, data, deadlineIn(seconds(20)));
+      return s.isOk() ? 0 : c.fail(s.toString());
+    }
+    std::vector<std::vector<std::byte>> bufs(2, std::vector<std::byte>(n));
+    std::vector<RequestPtr> reqs;
+    for (auto& b : bufs) reqs.push_back(t->irecv(kAnyPeer, tag, b));
+    if (Status s = waitAll(*t, reqs, deadlineIn(seconds(20))); !s.isOk()) return c.fail(s.toString());
+    int seen = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      int src = reqs[i]->source();
+      if (src != 1 && src != 2) return c.fail("source " + std::to_string(src));
+      if (reqs[i]->peer() != kAnyPeer) return c.fail("peer() of a wildcard receive");
+      seen |= 1 << src;
+      if (bufs[i] != pattern(n, src)) return c.fail("content from " + std::to_string(src));
+    }
+    return seen == 6 ? 0 : c.fail("did not hear from both senders");
+  }).isOk());
+  expectAllExitZero(mp, seconds(60));
+}
+
+TEST(UcxTransport, BadArgumentsAndTruncationAreErrorsNotCrashes) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    std::vector<std::byte> buf(64);
+    auto bad_peer = t->isend(5, 1, buf);
+    if (!bad_peer->isComplete() || bad_peer->status().code() != StatusCode::kInvalidArgument) return c.fail("peer 5 accepted");
+    auto bad_tag = t->irecv(0, kMaxUserTag + 1, buf);
+    if (bad_tag->status().code() != StatusCode::kInvalidArgument) return c.fail("49-bit tag accepted");
+    if (c.rank() == 0) {
+      std::vector<std::byte> big(100);
+      Status s = send(*t, 1, 9, big, deadlineIn(seconds(10)));
+      if (!s.isOk()) return c.fail(s.toString());
+    } else {
+      Status s = recv(*t, 0, 9, buf, deadlineIn(seconds(10)));
+      if (s.code() != StatusCode::kInvalidArgument) return c.fail("truncation gave " + s.toString());
+    }
+    // The pair still works afterwards.
+    int v = c.rank();
+    int got = -1;
+    auto r = t->irecv(1 - c.rank(), 10, asWritableBytes(std::span(&got, 1)));
+    if (Status s = send(*t, 1 - c.rank(), 10, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !s.isOk()) return c.fail(s.toString());
+    if (Status s = wait(*t, r, deadlineIn(seconds(10))); !s.isOk() || got != 1 - c.rank()) return c.fail("after: " + s.toString());
+    return 0;
+  }).isOk());
+  expectAllExitZero(mp, seconds(60));
+}
+
+// Rank 1 is SIGKILLed while rank 0 has a receive and a rendezvous send pending with it and rank 2 is idle.
+TEST(UcxTransport, KilledPeerFailsPendingAndLaterOperationsWithPeerLostWithinOneSecond) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(3, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    if (c.rank() == 1) {
+      c.report("ready");
+      for (;;) t->progress(deadlineIn(seconds(1)));  // alive until killed, never receiving
+    }
+    if (c.rank() == 2) {
+      // Notices the death of a peer it is not talking to, then still exchanges with rank 0.
+      uint64_t before = t->failureCount();
+      Deadline d = deadlineIn(seconds(10));
+      while (t->failureCount() == before && SteadyClock::now() < d) t->progress(d);
+      Status s = t->peerStatus(1);
+      if (s.code() != StatusCode::kPeerLost || s.peer() != 1) return c.fail("rank 2 sees " + s.toString());
+      int v = 0;
+      Status r = recv(*t, 0, 3, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(10)));
+      return r.isOk() && v == 1234 ? 0 : c.fail("rank 2 recv: " + r.toString());
+    }
+    std::vector<std::byte> in(1024), out(32 << 20, std::byte{1});
+    std::vector<RequestPtr> reqs;
+    reqs.push_back(t->irecv(1, 1, in));
+    reqs.push_back(t->isend(1, 2, out));
+    t->progress(deadlineIn(milliseconds(1)));
+    c.report("posted");
+    Status s = waitAll(*t, reqs, deadlineIn(seconds(10)));
+    c.report("lost " + std::string(statusCodeName(s.code())) + " " + std::to_string(s.peer()));
+    for (auto& r : reqs) {
+      if (!r->isComplete()) return c.fail("a request is still pending");
+      if (r->status().code() != StatusCode::kPeerLost || r->status().peer() != 1) return c.fail("request: " + r->status().toString());
+    }
+    // Later operations fail at once with the same sticky status.
+    auto later = t->isend(1, 4, in);
+    if (!later->isComplete() || later->status().code() != StatusCode::kPeerLost) return c.fail("later: " + later->status().toString());
+    auto later_recv = t->irecv(1, 4, in);
+    if (!later_recv->isComplete() || later_recv->status().peer() != 1) return c.fail("later recv: " + later_recv->status().toString());
+    int v = 1234;
+    Status r = send(*t, 2, 3, asBytes(std::span(&v, 1)), deadlineIn(seconds(10)));
+    return r.isOk() ? 0 : c.fail("send to rank 2: " + r.toString());
+  }).isOk());
+  ASSERT_TRUE(mp.waitFor(1, "ready", deadlineIn(seconds(30))).isOk());
+  ASSERT_TRUE(mp.waitFor(0, "posted", deadlineIn(seconds(30))).isOk());
+  auto killed_at = SteadyClock::now();
+  ASSERT_TRUE(mp.signal(1, SIGKILL).isOk());
+  auto lost = mp.waitFor(0, "lost", deadlineIn(seconds(10)));
+  auto detection = SteadyClock::now() - killed_at;
+  ASSERT_TRUE(lost.isOk()) << lost.status().toString();
+  EXPECT_EQ(*lost, "lost PeerLost 1");
+  EXPECT_LT(detection, seconds(1)) << "detection took "
+                                   << std::chrono::duration_cast<milliseconds>(detection).count() << " ms";
+  const int detection_ms = static_cast<int>(std::chrono::duration_cast<milliseconds>(detection).count());
+  RecordProperty("detection_ms", detection_ms);
+  std::printf("SIGKILL -> PeerLost at the survivor: %d ms\n", detection_ms);
+  EXPECT_EQ(*mp.waitExit(1, deadlineIn(seconds(5))), 128 + SIGKILL);
+  expectAllExitZero(mp, seconds(30));
+}
+
+// A paused peer is not dead: only the caller's deadline ends the wait; after SIGCONT the pair works again.
+TEST(UcxTransport, PausedPeerTimesOutAtTheDeadlineAndRecoversAfterContinue) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    int v = 0;
+    if (c.rank() == 1) {
+      c.report("ready");
+      // Stopped here by the parent; after SIGCONT, answer rank 0.
+      Status s = recv(*t, 0, 1, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(30)));
+      if (!s.isOk() || v != 77) return c.fail("rank 1 recv: " + s.toString());
+      return send(*t, 0, 2, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))).isOk() ? 0 : c.fail("rank 1 send");
+    }
+    if (auto go = c.store().get("paused", deadlineIn(seconds(30))); !go.isOk()) return c.fail(go.status().toString());
+    auto start = SteadyClock::now();
+    Status s = recv(*t, 1, 5, asWritableBytes(std::span(&v, 1)), start + milliseconds(300));
+    auto took = SteadyClock::now() - start;
+    if (s.code() != StatusCode::kTimeout) return c.fail("paused peer gave " + s.toString());
+    if (took < milliseconds(300) || took > milliseconds(800))
+      return c.fail("timeout after " + std::to_string(std::chrono::duration_cast<milliseconds>(took).count()) + " ms");
+    if (!t->peerStatus(1).isOk()) return c.fail("a timeout must not fail the peer: " + t->peerStatus(1).toString());
+    c.report("timeout");
+    if (auto go = c.store().get("continued", deadlineIn(seconds(30))); !go.isOk()) return c.fail(go.status().toString());
+    v = 77;
+    if (Status r = send(*t, 1, 1, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !r.isOk()) return c.fail(r.toString());
+    v = 0;
+    if (Status r = recv(*t, 1, 2, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !r.isOk() || v != 77)
+      return c.fail("after continue: " + r.toString());
+    return 0;
+  }).isOk());
+  ASSERT_TRUE(mp.waitFor(1, "ready", deadlineIn(seconds(30))).isOk());
+  ASSERT_TRUE(mp.signal(1, SIGSTOP).isOk());
+  ASSERT_TRUE(mp.store().set("paused", "1").isOk());
+  auto timeout = mp.waitFor(0, "timeout", deadlineIn(seconds(10)));
+  ASSERT_TRUE(timeout.isOk()) << timeout.status().toString();
+  ASSERT_TRUE(mp.signal(1, SIGCONT).isOk());
+  ASSERT_TRUE(mp.store().set("continued", "1").isOk());
+  expectAllExitZero(mp, seconds(30));
+}
+
+// After a kill, a replacement process joins under the same rank; the survivor reconnects and exchanges.
+TEST(UcxTransport, ReplacementUnderTheSameRankAfterReconnect) {
+  MultiProcess mp;
+  auto body = [](ChildContext& c) {
+    auto t = makeTransport(c);
+    int v = 0;
+    if (c.rank() == 1) {
+      if (c.incarnation() == 0) {
+        c.report("ready");
+        for (;;) t->progress(deadlineIn(seconds(1)));  // killed here
+      }
+      // The replacement: echo one message back.
+      if (Status s = recv(*t, 0, 8, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(30))); !s.isOk())
+        return c.fail("replacement recv: " + s.toString());
+      v += 1;
+      return send(*t, 0, 9, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))).isOk() ? 0 : c.fail("replacement send");
+    }
+    Status s = recv(*t, 1, 8, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(30)));
+    if (s.code() != StatusCode::kPeerLost || s.peer() != 1) return c.fail("expected PeerLost(1), got " + s.toString());
+    c.report("lost");
+    if (Status r = t->reconnect(1, deadlineIn(seconds(30))); !r.isOk()) return c.fail("reconnect: " + r.toString());
+    if (!t->peerStatus(1).isOk()) return c.fail("still failed after reconnect");
+    v = 41;
+    if (Status r = send(*t, 1, 8, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !r.isOk()) return c.fail("send: " + r.toString());
+    if (Status r = recv(*t, 1, 9, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !r.isOk() || v != 42)
+      return c.fail("echo: " + r.toString() + " v=" + std::to_string(v));
+    c.report("exchanged");
+    return 0;
+  };
+  ASSERT_TRUE(mp.spawnAll(2, body).isOk());
+  ASSERT_TRUE(mp.waitFor(1, "ready", deadlineIn(seconds(30))).isOk());
+  ASSERT_TRUE(mp.signal(1, SIGKILL).isOk());
+  ASSERT_EQ(*mp.waitExit(1, deadlineIn(seconds(5))), 128 + SIGKILL);
+  auto lost = mp.waitFor(0, "lost", deadlineIn(seconds(10)));
+  ASSERT_TRUE(lost.isOk()) << lost.status().toString();
+  ASSERT_TRUE(mp.spawn(1, 2, body).isOk());
+  auto exchanged = mp.waitFor(0, "exchanged", deadlineIn(seconds(30)));
+  EXPECT_TRUE(exchanged.isOk()) << exchanged.status().toString();
+  expectAllExitZero(mp, seconds(30));
+}
+
+}  // namespace
+}  // namespace chaosbed

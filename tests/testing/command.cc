@@ -1,0 +1,137 @@
+#include "tests/testing/command.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+namespace chaosbed::testing {
+
+Command::Command(std::vector<std::string> argv) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
+  pid_ = fork();
+  if (pid_ == 0) {
+    setpgid(0, 0);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  fd_ = pipe_fds[0];
+}
+
+Command::~Command() {
+  if (pid_ > 0 && !status_) {
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+bool Command::readSome(Deadline deadline) {
+  if (fd_ < 0) return false;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+  if (left <= 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, int(std::min<long long>(left, 1000))) <= 0) return SteadyClock::now() < deadline;
+  char buf[4096];
+  ssize_t n = read(fd_, buf, sizeof buf);
+  if (n <= 0) {
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  output_.append(buf, size_t(n));
+  return true;
+}
+
+std::optional<std::string> Command::waitForLine(const std::string& needle, Deadline deadline) {
+  for (;;) {
+    size_t nl;
+    while ((nl = output_.find('\n', scanned_)) != std::string::npos) {
+      std::string line = output_.substr(scanned_, nl - scanned_);
+      scanned_ = nl + 1;
+      if (line.find(needle) != std::string::npos) return line;
+    }
+    if (!readSome(deadline)) {
+      if (fd_ < 0 || SteadyClock::now() >= deadline) return std::nullopt;
+    }
+  }
+}
+
+std::optional<int> Command::wait(Deadline deadline) {
+  while (!status_) {
+    while (readSome(deadline)) {
+    }
+    int st = 0;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    if (SteadyClock::now() >= deadline) return std::nullopt;
+    if (fd_ < 0) {
+      // Output closed: the child is exiting; block on it, bounded by the deadline's polling above.
+      pollfd none{-1, 0, 0};
+      poll(&none, 0, 20);
+    }
+  }
+  while (readSome(deadlineIn(std::chrono::milliseconds(200)))) {
+  }
+  return status_;
+}
+
+void Command::signal(int sig) {
+  if (pid_ > 0 && !status_) kill(pid_, sig);
+}
+
+std::string chaosbedBinary() {
+#ifdef CHAOSBED_BINARY
+  return CHAOSBED_BINARY;
+#else
+  return "build/chaosbed";
+#endif
+}
+
+std::string makeTempDir(const std::string& name) {
+  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) + "/chaosbed-" +
+                     name + "-XXXXXX";
+  char* dir = mkdtemp(tmpl.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+std::vector<pid_t> processesMentioning(const std::string& needle) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (!proc) return found;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(needle) == std::string::npos) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string stat_line;
+    std::getline(stat, stat_line);
+    auto close_paren = stat_line.rfind(')');
+    if (close_paren != std::string::npos && close_paren + 2 < stat_line.size() && stat_line[close_paren + 2] == 'Z')
+      continue;  // a zombie is not running
+    found.push_back(pid_t(pid));
+  }
+  closedir(proc);
+  return found;
+}
+
+}  // namespace chaosbed::testing

@@ -1,0 +1,89 @@
+// `chaosbed validate`: output and exit codes, run in-process through the subcommand's entry point.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "experiments/cli/cli.h"
+
+namespace chaosbed::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kScenarios =
+    fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "experiments" / "scenarios";
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+Outcome runValidate(std::vector<std::string> args) {
+  args.insert(args.begin(), "validate");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int code = validate(static_cast<int>(argv.size()), argv.data());
+  std::fflush(stderr);
+  std::string out = ::testing::internal::GetCapturedStdout();
+  return Outcome{code, out, ::testing::internal::GetCapturedStderr()};
+}
+
+class ValidateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("chaosbed-validate-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(ValidateCli, ValidSpecsPrintOk) {
+  const std::string a = (kScenarios / "default.yaml").string(), b = (kScenarios / "spot-preemption.yaml").string();
+  Outcome o = runValidate({a, b});
+  EXPECT_EQ(o.code, kExitPass);
+  EXPECT_EQ(o.out, "ok: " + a + "\nok: " + b + "\n");
+  EXPECT_EQ(o.err, "");
+}
+
+TEST_F(ValidateCli, InvalidSpecListsEveryErrorAndExits3) {
+  const std::string bad = write("bad.yaml",
+                                "apiVersion: chaosbed/v1alpha1\nkind: Experiment\nmetadata: {name: x}\n"
+                                "cluster: {wokers: 4}\nstrategies: [{name: mirrored, shards: 2}]\n");
+  const std::string good = (kScenarios / "baseline.yaml").string();
+  Outcome o = runValidate({bad, good});
+  EXPECT_EQ(o.code, kExitInvalidSpec);
+  EXPECT_EQ(o.out, "ok: " + good + "\n");
+  EXPECT_EQ(o.err, bad + ":4:11: cluster.wokers: unknown field (did you mean 'workers'?)\n" + bad +
+                       ":4:10: cluster.workers: missing required field\n" + bad +
+                       ":5:31: strategies[0].shards: applies only to parameter_server strategies\n");
+}
+
+TEST_F(ValidateCli, MissingFileExits3WithAClearMessage) {
+  const std::string missing = (dir_ / "absent.yaml").string();
+  Outcome o = runValidate({missing});
+  EXPECT_EQ(o.code, kExitInvalidSpec);
+  EXPECT_EQ(o.err, missing + ": cannot read: No such file or directory\n");
+}
+
+TEST_F(ValidateCli, NoArgumentsIsAUsageError) {
+  Outcome o = runValidate({});
+  EXPECT_EQ(o.code, kExitUsage);
+  EXPECT_NE(o.err.find("usage: chaosbed validate SPEC.yaml..."), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chaosbed::cli

@@ -1,0 +1,190 @@
+// experiments/spec: bad specs give exact `file:line:col: field: message` diagnostics, all of them at once.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "experiments/spec/spec.h"
+
+namespace chaosbed::spec {
+namespace {
+
+// Parses `text` as the file "t.yaml"; returns every diagnostic as text.
+std::vector<std::string> diagnose(const std::string& text) {
+  config::Diagnostics d;
+  std::optional<YAML::Node> doc = config::loadYamlString(text, "t.yaml", &d);
+  std::optional<ExperimentSpec> spec;
+  if (doc) spec = parseExperimentSpec(*doc, "t.yaml", &d);
+  EXPECT_EQ(spec.has_value(), d.empty());
+  std::vector<std::string> out;
+  for (const config::Diagnostic& x : d.all()) out.push_back(x.toString());
+  return out;
+}
+
+// A minimal valid spec; the cases below replace its lines one at a time.
+const char* const kHead =
+    "apiVersion: chaosbed/v1alpha1\n"                   // 1
+    "kind: Experiment\n"                                // 2
+    "metadata: {name: t}\n";                            // 3
+const char* const kCluster = "cluster: {workers: 4, servers: 1}\n";                  // 4
+const char* const kData = "data: {dataset: synthetic, dims: 8, classes: 3}\n";      // 5
+const char* const kStrategies = "strategies:\n  - name: mirrored\n  - name: parameter_server\n";  // 6-8
+
+struct BadSpec {
+  const char* what;
+  std::string text;
+  std::vector<std::string> errors;
+};
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(BadSpecTest, ReportsExactLocationAndMessage) {
+  EXPECT_EQ(diagnose(GetParam().text), GetParam().errors) << GetParam().what;
+}
+
+std::string spec(const std::string& cluster, const std::string& data, const std::string& strategies,
+                 const std::string& tail = "") {
+  return std::string(kHead) + cluster + data + strategies + tail;
+}
+
+const BadSpec kBadSpecs[] = {
+    {"unknown key with did-you-mean",
+     spec("cluster: {wokers: 4, servers: 1}\n", kData, kStrategies),
+     {"t.yaml:4:11: cluster.wokers: unknown field (did you mean 'workers'?)",
+      "t.yaml:4:10: cluster.workers: missing required field"}},
+    {"unknown top-level key",
+     spec(kCluster, kData, kStrategies, "trainig: {learning_rate: 0.1}\n"),
+     {"t.yaml:9:1: trainig: unknown field (did you mean 'training'?)"}},
+    {"wrong type",
+     spec("cluster: {workers: four, servers: 1}\n", kData, kStrategies),
+     {"t.yaml:4:20: cluster.workers: expected an integer, got 'four'"}},
+    {"wrong type: a map where a number goes",
+     spec(kCluster, kData, kStrategies, "training:\n  learning_rate: {value: 1}\n"),
+     {"t.yaml:10:18: training.learning_rate: expected a number, got a map"}},
+    {"out of range",
+     spec("cluster: {workers: 0, servers: 1}\n", kData, kStrategies,
+          "training:\n  momentum: 1.0\n  target_accuracy: 0\n"),
+     {"t.yaml:4:20: cluster.workers: must be in [1, 1024], got 0",
+      "t.yaml:10:13: training.momentum: must be in [0, 1), got 1.0",
+      "t.yaml:11:20: training.target_accuracy: must be in (0, 1], got 0"}},
+    {"bad enum",
+     spec("cluster: {workers: 4, transport: tcp}\n", kData, kStrategies),
+     {"t.yaml:4:34: cluster.transport: 'tcp' is not one of: ucx, nccl"}},
+    {"bad enum with did-you-mean",
+     spec(kCluster, kData, "strategies:\n  - name: mirrored\n    on_failure: elastc\n"),
+     {"t.yaml:8:17: strategies[0].on_failure: 'elastc' is not one of: restart, elastic (did you mean 'elastic'?)"}},
+    {"duplicate label (a default label and an explicit one)",
+     spec(kCluster, kData, "strategies:\n  - name: mirrored\n  - name: mirrored\n    label: mirrored\n"),
+     {"t.yaml:9:5: strategies[1].label: duplicate label 'mirrored' (strategies[0] has it too); give each strategy "
+      "a distinct label"}},
+    {"missing required fields",
+     "kind: Experiment\nmetadata: {description: x}\ncluster: {}\nstrategies: []\n",
+     {"t.yaml:1:1: apiVersion: missing required field",
+      "t.yaml:2:11: metadata.name: missing required field",
+      "t.yaml:3:10: cluster.workers: missing required field",
+      "t.yaml:4:13: strategies: needs at least one strategy, e.g. [{name: mirrored}]"}},
+    {"options that do not apply to the strategy",
+     spec(kCluster, kData,
+          "strategies:\n  - name: mirrored\n    max_staleness: 2\n  - name: parameter_server\n"
+          "    on_failure: elastic\n    backup_workers: 1\n"),
+     {"t.yaml:8:5: strategies[0].max_staleness: applies only to parameter_server strategies",
+      "t.yaml:10:5: strategies[1].on_failure: applies only to mirrored strategies (parameter_server workers carry "
+      "on without a failed peer)",
+      "t.yaml:11:5: strategies[1].backup_workers: applies only to mirrored strategies"}},
+    {"options that do not apply to the dataset",
+     spec(kCluster, "data: {dataset: fashion-mnist, dims: 8}\n", kStrategies),
+     {"t.yaml:5:32: data.dims: applies only to dataset synthetic (fashion-mnist has 784 inputs and 10 classes)"}},
+    {"wrong apiVersion and kind",
+     "apiVersion: chaosbed/v1\nkind: Suite\nmetadata: {name: t}\n" + std::string(kCluster) + kData + kStrategies,
+     {"t.yaml:1:13: apiVersion: unsupported version 'chaosbed/v1'; this chaosbed reads chaosbed/v1alpha1",
+      "t.yaml:2:7: kind: unsupported kind 'Suite'; expected Experiment"}},
+    {"YAML syntax error",
+     std::string(kHead) + "cluster: {workers: 4\n" + kData,
+     {"t.yaml:5:5: YAML syntax error: end of map flow not found"}},
+    {"backup workers must leave one worker",
+     spec(kCluster, kData, "strategies:\n  - {name: mirrored, backup_workers: 4}\n"),
+     {"t.yaml:7:22: strategies[0].backup_workers: must be less than cluster.workers (4), got 4"}},
+    {"a parameter server strategy needs servers",
+     spec("cluster: {workers: 4, servers: 0}\n", kData, kStrategies),
+     {"t.yaml:4:23: cluster.servers: must be >= 1: strategies[1] is a parameter_server strategy"}},
+    {"layers must match the data",
+     spec(kCluster, kData, kStrategies, "model: {layers: [784, 64, 10]}\n"),
+     {"t.yaml:9:18: model.layers[0]: the first layer must be the data's input dims (8 for synthetic), got 784",
+      "t.yaml:9:27: model.layers[2]: the last layer must be the number of classes (3 for synthetic), got 10"}},
+    {"max_staleness must be null or >= 0",
+     spec(kCluster, kData, "strategies:\n  - {name: parameter_server, max_staleness: -1}\n"),
+     {"t.yaml:7:45: strategies[0].max_staleness: must be >= 0, got -1"}},
+    {"chaos must be a map",
+     spec(kCluster, kData, kStrategies, "chaos: [kill]\n"),
+     {"t.yaml:9:8: chaos: expected a map, got a list"}},
+    {"metrics listen address",
+     spec(kCluster, kData, kStrategies, "metrics: {listen: localhost}\n"),
+     {"t.yaml:9:19: metrics.listen: expected host:port, got 'localhost'"}},
+    {"empty file", "", {"t.yaml:1:1: the spec is empty; it needs at least apiVersion, kind, metadata, cluster and strategies"}},
+    {"sweep value that breaks the spec",
+     spec(kCluster, kData, kStrategies, "sweep:\n  grid:\n    cluster.workers: [2, 0]\n"),
+     {"t.yaml:11:26: sweep.grid.cluster.workers[1]: with cluster.workers = 0: cluster.workers: must be in [1, 1024], "
+      "got 0"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Spec, BadSpecTest, ::testing::ValuesIn(kBadSpecs));
+
+TEST(SpecValidation, ReportsEveryErrorInOnePass) {
+  const std::string text =
+      "apiVersion: chaosbed/v1alpha1\n"
+      "kind: Experiment\n"
+      "metadata: {name: 'bad name'}\n"
+      "cluster: {workers: -2, transport: ucxx}\n"
+      "training: {learning_rate: 0, batch_per_worker: 1.5}\n"
+      "strategies:\n"
+      "  - {name: mirored}\n"
+      "  - {name: parameter_server, shards: 0, max_stalenes: 1}\n"
+      "output: {dir: ''}\n";
+  EXPECT_EQ(diagnose(text),
+            (std::vector<std::string>{
+                "t.yaml:3:12: metadata.name: 'bad name' may only use letters, digits, '.', '_' and '-' (at most 128)",
+                "t.yaml:4:20: cluster.workers: must be in [1, 1024], got -2",
+                "t.yaml:4:35: cluster.transport: 'ucxx' is not one of: ucx, nccl (did you mean 'ucx'?)",
+                "t.yaml:5:48: training.batch_per_worker: expected an integer, got '1.5'",
+                "t.yaml:5:27: training.learning_rate: must be > 0, got 0",
+                "t.yaml:7:12: strategies[0].name: 'mirored' is not one of: mirrored, parameter_server (did you mean "
+                "'mirrored'?)",
+                "t.yaml:8:41: strategies[1].max_stalenes: unknown field (did you mean 'max_staleness'?)",
+                "t.yaml:8:38: strategies[1].shards: must be in [1, 1024], got 0",
+                "t.yaml:9:15: output.dir: must not be empty",
+            }));
+}
+
+TEST(SpecValidation, AcceptsTheMinimalSpecWithDefaults) {
+  config::Diagnostics d;
+  std::optional<ExperimentSpec> s =
+      parseExperimentSpec(YAML::Load(spec(kCluster, kData, kStrategies)), "dir/t.yaml", &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_EQ(s->model.layers, (std::vector<int>{8, 64, 3}));
+  EXPECT_EQ(s->training.seed, s->seed);
+  ASSERT_EQ(s->strategies.size(), 2u);
+  EXPECT_EQ(s->strategies[0].label, "mirrored");
+  EXPECT_EQ(s->strategies[1].label, "parameter_server");
+  EXPECT_EQ(s->strategies[1].shards, 1);
+  EXPECT_EQ(s->strategies[1].max_staleness, std::nullopt);
+  EXPECT_TRUE(s->hasParameterServer());
+  EXPECT_EQ(s->strategy("parameter_server"), &s->strategies[1]);
+  EXPECT_EQ(s->strategy("nope"), nullptr);
+  EXPECT_TRUE(s->chaos.parsed.faults.empty());
+  EXPECT_EQ(s->metrics.listen, "127.0.0.1:9464");
+  EXPECT_FALSE(s->sweep.has_value());
+}
+
+TEST(SpecValidation, RelativeDataPathIsAnchoredAtTheSpec) {
+  config::Diagnostics d;
+  std::optional<ExperimentSpec> s = parseExperimentSpec(
+      YAML::Load(spec(kCluster, "data: {dataset: mnist, path: ../data/mnist}\n", kStrategies)),
+      "/srv/specs/t.yaml", &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_EQ(s->data.path, "/srv/data/mnist");
+  EXPECT_EQ(s->model.layers, (std::vector<int>{784, 256, 128, 10}));
+}
+
+}  // namespace
+}  // namespace chaosbed::spec

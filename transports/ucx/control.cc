@@ -1,0 +1,175 @@
+#include "transports/ucx/control.h"
+
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+namespace chaosbed::ucx {
+namespace {
+
+constexpr size_t kHelloSize = 12;
+
+std::string encodeHello(int rank, uint64_t incarnation) {
+  std::string out;
+  net::appendU32(out, static_cast<uint32_t>(rank));
+  net::appendU64(out, incarnation);
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ControlMesh>> ControlMesh::start(int rank, uint64_t incarnation, const std::string& host,
+                                                        LostFn on_lost) {
+  net::HostPort bound;
+  CHAOSBED_ASSIGN_OR_RETURN(net::FileDescriptor listener, net::listenTcp({host, 0}, &bound));
+  net::FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) return Status::ioError(std::string("control mesh: eventfd: ") + std::strerror(errno));
+  return std::unique_ptr<ControlMesh>(
+      new ControlMesh(rank, incarnation, std::move(listener), bound, std::move(wake), std::move(on_lost)));
+}
+
+ControlMesh::ControlMesh(int rank, uint64_t incarnation, net::FileDescriptor listener, net::HostPort address,
+                         net::FileDescriptor wake, LostFn on_lost)
+    : rank_(rank), incarnation_(incarnation), listener_(std::move(listener)), address_(std::move(address)),
+      wake_(std::move(wake)), on_lost_(std::move(on_lost)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+ControlMesh::~ControlMesh() { stop(); }
+
+void ControlMesh::stop() {
+  if (stopping_.exchange(true)) return;
+  wake();
+  thread_.join();
+}
+
+void ControlMesh::wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  (void)n;  // an eventfd write only fails when the counter would overflow; it is then already signalled
+}
+
+Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPort& at, Deadline deadline) {
+  auto fd = net::connectTcp(at, deadline, /*retry=*/false);
+  if (!fd.isOk())
+    return Status::peerLost(peer, "control connection to rank " + std::to_string(peer) + " at " + at.toString() +
+                                      ": " + fd.status().message());
+  std::string hello = encodeHello(rank_, incarnation_);
+  if (Status s = net::writeAll(fd->get(), std::as_bytes(std::span(hello)), deadline); !s.isOk())
+    return Status::peerLost(peer, "control hello to rank " + std::to_string(peer) + ": " + s.message());
+  auto conn = std::make_unique<Conn>();
+  conn->fd = std::move(fd).value();
+  conn->peer = peer;
+  conn->incarnation = peer_incarnation;
+  {
+    std::lock_guard lock(mu_);
+    conns_.push_back(std::move(conn));
+  }
+  wake();
+  return Status::ok();
+}
+
+void ControlMesh::sayGoodbye() {
+  std::lock_guard lock(mu_);
+  const char bye = 'B';
+  for (auto& c : conns_) {
+    ssize_t n = ::send(c->fd.get(), &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;  // best effort: a peer that misses it only logs the exit as a crash
+  }
+}
+
+bool ControlMesh::alive(int peer, uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  for (const auto& c : conns_)
+    if (c->peer == peer && c->incarnation == incarnation) return true;
+  return false;
+}
+
+void ControlMesh::loop() {
+  std::vector<pollfd> fds;
+  std::vector<Conn*> polled;
+  while (!stopping_.load()) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({wake_.get(), POLLIN, 0});
+    fds.push_back({listener_.get(), POLLIN, 0});
+    {
+      std::lock_guard lock(mu_);
+      for (auto& c : conns_) {
+        fds.push_back({c->fd.get(), POLLIN, 0});
+        polled.push_back(c.get());
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      LOG(ERROR) << "ucx control mesh: poll: " << std::strerror(errno);
+      return;
+    }
+    if (stopping_.load()) return;
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      ssize_t n = ::read(wake_.get(), &count, sizeof(count));
+      (void)n;
+    }
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        auto fd = net::acceptTcp(listener_.get());
+        if (!fd.isOk() || !fd->valid()) break;
+        auto conn = std::make_unique<Conn>();
+        conn->fd = std::move(fd).value();
+        std::lock_guard lock(mu_);
+        conns_.push_back(std::move(conn));
+      }
+    }
+    // Connections only ever leave conns_ on this thread, so the pointers in `polled` stay valid.
+    struct Lost {
+      int peer;
+      uint64_t incarnation;
+      bool orderly;
+    };
+    std::vector<Lost> lost;
+    std::vector<Conn*> closed;
+    for (size_t i = 0; i < polled.size(); ++i) {
+      if (fds[i + 2].revents == 0) continue;
+      Conn* c = polled[i];
+      char buf[64];
+      ssize_t n = ::recv(c->fd.get(), buf, sizeof(buf), 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n > 0) {
+        size_t used = 0;
+        if (c->peer < 0) {
+          used = std::min(static_cast<size_t>(n), kHelloSize - c->hello.size());
+          c->hello.append(buf, used);
+          if (c->hello.size() == kHelloSize) {
+            int peer = static_cast<int>(net::loadU32(c->hello.data()));
+            uint64_t inc = net::loadU64(c->hello.data() + 4);
+            std::lock_guard lock(mu_);
+            c->peer = peer;
+            c->incarnation = inc;
+          }
+        }
+        if (static_cast<size_t>(n) > used && c->peer >= 0) c->goodbye = true;
+        continue;
+      }
+      // EOF or a socket error: the process at the other end closed it or died.
+      if (c->peer >= 0) lost.push_back({c->peer, c->incarnation, c->goodbye});
+      closed.push_back(c);
+    }
+    if (!closed.empty()) {
+      std::lock_guard lock(mu_);
+      std::erase_if(conns_, [&](const std::unique_ptr<Conn>& c) {
+        return std::find(closed.begin(), closed.end(), c.get()) != closed.end();
+      });
+    }
+    for (const Lost& l : lost) on_lost_(l.peer, l.incarnation, l.orderly);
+  }
+}
+
+}  // namespace chaosbed::ucx

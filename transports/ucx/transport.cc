@@ -1,0 +1,652 @@
+#include "transports/ucx/transport.h"
+
+#include <glog/logging.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "transports/bootstrap/net.h"
+#include "transports/ucx/control.h"
+
+namespace chaosbed {
+namespace {
+
+using ucx::ControlMesh;
+
+constexpr int kRankShift = kUserTagBits;
+constexpr int kMaxRanks = 1 << (64 - kUserTagBits);
+constexpr ucp_tag_t kExactMask = ~ucp_tag_t{0};
+constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
+// A sleeping progress() wakes at least this often: it bounds the cost of a wake-up another thread consumed.
+constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+
+std::string ucsText(ucs_status_t st) { return ucs_status_string(st); }
+
+// What a peer's record in the store holds.
+struct PeerRecord {
+  uint64_t incarnation = 0;
+  net::HostPort control;
+  std::string worker_address;
+};
+
+std::string encodeRecord(const PeerRecord& r) {
+  std::string out;
+  net::appendU64(out, r.incarnation);
+  net::appendU32(out, r.control.port);
+  net::appendU32(out, static_cast<uint32_t>(r.control.host.size()));
+  out += r.control.host;
+  net::appendU32(out, static_cast<uint32_t>(r.worker_address.size()));
+  out += r.worker_address;
+  return out;
+}
+
+Result<PeerRecord> decodeRecord(const std::string& key, const std::string& in) {
+  auto bad = [&] { return Status::dataLoss("store key '" + key + "': malformed ucx peer record"); };
+  if (in.size() < 16) return bad();
+  PeerRecord r;
+  r.incarnation = net::loadU64(in.data());
+  r.control.port = static_cast<uint16_t>(net::loadU32(in.data() + 8));
+  size_t host_len = net::loadU32(in.data() + 12);
+  if (in.size() < 16 + host_len + 4) return bad();
+  r.control.host = in.substr(16, host_len);
+  size_t addr_len = net::loadU32(in.data() + 16 + host_len);
+  if (in.size() != 20 + host_len + addr_len) return bad();
+  r.worker_address = in.substr(20 + host_len);
+  return r;
+}
+
+class UcxTransport;
+
+// One posted operation, shared by its Request and (while UCX holds it) the transport's pending table.
+struct Op {
+  UcxTransport* transport = nullptr;
+  bool is_send = false;
+  int peer = kAnyPeer;
+  size_t capacity = 0;
+  // Guarded by the transport's worker_mu_:
+  void* ucx_req = nullptr;       // UCX's request while UCX holds the operation
+  bool posted = false;           // the *_nbx call returned
+  bool ucx_done = false;         // UCX reported completion
+  std::optional<Status> forced;  // the outcome a failure or cancel() decided
+  // Published by `done` (release); read after done (acquire).
+  Status status;
+  int source = -1;
+  size_t received = 0;
+  std::atomic<bool> done{false};
+};
+using OpPtr = std::shared_ptr<Op>;
+
+class UcxRequest final : public Request {
+ public:
+  explicit UcxRequest(OpPtr op) : op_(std::move(op)) {}
+  ~UcxRequest() override { cancel(); }
+  bool isComplete() const override { return op_->done.load(std::memory_order_acquire); }
+  Status status() const override { return isComplete() ? op_->status : Status::ok(); }
+  int peer() const override { return op_->peer; }
+  int source() const override { return isComplete() ? op_->source : -1; }
+  size_t receivedBytes() const override { return isComplete() ? op_->received : 0; }
+  void cancel() override;
+
+ private:
+  OpPtr op_;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(Store& store, const UcxOptions& options, uint64_t incarnation)
+      : store_(store), options_(options), rank_(options.rank), size_(options.size), incarnation_(incarnation),
+        peers_(options.size) {}
+
+  ~UcxTransport() override { shutdown(); }
+
+  Status init();
+  Status publish();
+  // Looks up peer's record (waiting for an incarnation >= min_incarnation), creates its endpoint and
+  // control connection.
+  Status connectPeer(int peer, uint64_t min_incarnation, Deadline deadline);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "ucx"; }
+  RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
+  RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  void progress(Deadline until) override;
+  Status peerStatus(int peer) const override;
+  uint64_t failureCount() const override { return failure_count_.load(); }
+  void failPeer(int peer, const Status& why) override;
+  Status reconnect(int peer, Deadline deadline) override;
+
+  void cancelOp(const OpPtr& op);
+  void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info);
+
+ private:
+  struct Peer {
+    ucp_ep_h ep = nullptr;                    // GUARDED_BY(worker_mu_)
+    std::atomic<uint64_t> incarnation{0};     // the incarnation the endpoint talks to; 0 before connect
+    std::atomic<uint64_t> lost_incarnation{0};  // the last incarnation whose process the control mesh saw die
+    Status failure;                           // GUARDED_BY(state_mu_)
+  };
+
+  OpPtr makeOp(bool is_send, int peer, size_t capacity) {
+    auto op = std::make_shared<Op>();
+    op->transport = this;
+    op->is_send = is_send;
+    op->peer = peer;
+    op->capacity = capacity;
+    return op;
+  }
+  void finish(Op* op, Status status) {
+    op->status = std::move(status);
+    op->done.store(true, std::memory_order_release);
+    completions_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  RequestPtr completedRequest(OpPtr op, Status status) {
+    finish(op.get(), std::move(status));
+    return std::make_unique<UcxRequest>(std::move(op));
+  }
+  Status checkPost(int peer, Tag tag, bool allow_any) const;
+  Status outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info);
+  void postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info);
+  void progressLocked();
+  // Sets the sticky failure (false when the peer had failed already); `routine` only lowers the log level.
+  bool markFailed(int peer, const Status& why, bool routine = false);
+  void sweepLocked(int peer);
+  void onControlLost(int peer, uint64_t incarnation, bool orderly);
+  void wakeSleepers();
+  void shutdown();
+
+  Store& store_;  // the caller's; outlives the transport (reconnect reads replacements' records from it)
+  const UcxOptions options_;
+  const int rank_;
+  const int size_;
+  const uint64_t incarnation_;
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string worker_address_;
+  int worker_efd_ = -1;
+  net::FileDescriptor epoll_fd_;
+  net::FileDescriptor wake_fd_;  // failPeer wakes sleepers in progress() through it
+  std::unique_ptr<ControlMesh> mesh_;
+
+  std::mutex worker_mu_;                              // serialises the UCP worker (UCS_THREAD_MODE_SERIALIZED)
+  std::vector<Peer> peers_;
+  std::unordered_map<Op*, OpPtr> pending_;            // GUARDED_BY(worker_mu_): operations UCX holds
+  std::vector<void*> closing_;                        // GUARDED_BY(worker_mu_): endpoint close requests
+  std::vector<std::pair<int, Status>> deferred_fail_; // GUARDED_BY(worker_mu_): failures seen in callbacks
+
+  mutable std::mutex state_mu_;
+  std::atomic<uint64_t> failure_count_{0};
+  std::atomic<uint64_t> completions_{0};
+};
+
+void UcxRequest::cancel() {
+  if (op_->done.load(std::memory_order_acquire)) return;
+  op_->transport->cancelOp(op_);
+}
+
+void onSendDone(void* req, ucs_status_t st, void* user) {
+  auto* op = static_cast<Op*>(user);
+  op->transport->onUcxDone(op, req, st, nullptr);
+}
+
+void onRecvDone(void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
+  auto* op = static_cast<Op*>(user);
+  op->transport->onUcxDone(op, req, st, info);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Set-up and tear-down
+
+Status UcxTransport::init() {
+  ucp_config_t* config = nullptr;
+  if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
+    return Status::unavailable("ucx: ucp_config_read: " + ucsText(st));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(size_);
+  params.mt_workers_shared = 0;
+  ucs_status_t st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return Status::unavailable("ucx: ucp_init: " + ucsText(st));
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  wparams.events = UCP_WAKEUP_TAG_SEND | UCP_WAKEUP_TAG_RECV | UCP_WAKEUP_TX | UCP_WAKEUP_RX;
+  if ((st = ucp_worker_create(context_, &wparams, &worker_)) != UCS_OK)
+    return Status::unavailable("ucx: ucp_worker_create: " + ucsText(st));
+  ucp_address_t* address = nullptr;
+  size_t address_len = 0;
+  if ((st = ucp_worker_get_address(worker_, &address, &address_len)) != UCS_OK)
+    return Status::unavailable("ucx: ucp_worker_get_address: " + ucsText(st));
+  worker_address_.assign(reinterpret_cast<const char*>(address), address_len);
+  ucp_worker_release_address(worker_, address);
+  if ((st = ucp_worker_get_efd(worker_, &worker_efd_)) != UCS_OK)
+    return Status::unavailable("ucx: ucp_worker_get_efd: " + ucsText(st));
+
+  epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_fd_.valid() || !wake_fd_.valid()) return Status::ioError(std::string("ucx: epoll/eventfd: ") + std::strerror(errno));
+  for (int fd : {worker_efd_, wake_fd_.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      return Status::ioError(std::string("ucx: epoll_ctl: ") + std::strerror(errno));
+  }
+
+  auto mesh = ControlMesh::start(rank_, incarnation_, options_.control_host,
+                                 [this](int peer, uint64_t inc, bool orderly) { onControlLost(peer, inc, orderly); });
+  if (!mesh.isOk()) return mesh.status().withContext("ucx control mesh");
+  mesh_ = std::move(mesh).value();
+  return Status::ok();
+}
+
+std::string recordKey(const std::string& prefix, int rank) { return prefix + "/ucx/" + std::to_string(rank); }
+
+Status UcxTransport::publish() {
+  PeerRecord self{incarnation_, mesh_->address(), worker_address_};
+  return store_.set(recordKey(options_.prefix, rank_), encodeRecord(self)).withContext("ucx: publish rank " + std::to_string(rank_));
+}
+
+Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline deadline) {
+  const std::string key = recordKey(options_.prefix, peer);
+  PeerRecord record;
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    auto value = store_.get(key, deadline);
+    if (!value.isOk()) {
+      return value.status().withContext("ucx rank " + std::to_string(rank_) + ": looking up rank " + std::to_string(peer));
+    }
+    CHAOSBED_ASSIGN_OR_RETURN(record, decodeRecord(key, *value));
+    if (record.incarnation >= min_incarnation) break;
+    // The replacement has not published yet: poll the record again (bounded by the deadline).
+    if (SteadyClock::now() + backoff >= deadline)
+      return Status::timeout("ucx rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                             " published no incarnation >= " + std::to_string(min_incarnation) + " before the deadline");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
+  }
+  {
+    std::lock_guard lock(worker_mu_);
+    Peer& p = peers_[peer];
+    if (p.ep != nullptr) {
+      ucp_request_param_t close{};
+      close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* req = ucp_ep_close_nbx(p.ep, &close);
+      if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+      p.ep = nullptr;
+    }
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(record.worker_address.data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // see the header: peer loss comes from the control mesh
+    if (ucs_status_t st = ucp_ep_create(worker_, &ep_params, &p.ep); st != UCS_OK) {
+      p.ep = nullptr;
+      return Status::peerLost(peer, "ucx: ucp_ep_create to rank " + std::to_string(peer) + ": " + ucsText(st));
+    }
+  }
+  if (peer != rank_) CHAOSBED_RETURN_IF_ERROR(mesh_->dial(peer, record.incarnation, record.control, deadline));
+  peers_[peer].incarnation.store(record.incarnation);
+  return Status::ok();
+}
+
+void UcxTransport::shutdown() {
+  if (mesh_) mesh_->stop();  // our own teardown must not be reported as peer failures
+  if (worker_ != nullptr) {
+    std::unique_lock lock(worker_mu_);
+    std::vector<OpPtr> ops;
+    for (auto& [raw, op] : pending_) ops.push_back(op);
+    for (auto& op : ops) {
+      if (op->done) continue;
+      op->forced = Status::cancelled("ucx transport of rank " + std::to_string(rank_) + " destroyed");
+      if (!op->is_send && op->ucx_req != nullptr) ucp_request_cancel(worker_, op->ucx_req);
+    }
+    // Flush every endpoint so that sends already completed locally reach their peers, bounded in time: a
+    // paused peer must not hold up the teardown.
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = 0;
+    for (Peer& p : peers_) {
+      if (p.ep == nullptr) continue;
+      void* req = ucp_ep_close_nbx(p.ep, &close);
+      if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+      p.ep = nullptr;
+    }
+    Deadline flush_deadline = deadlineIn(std::chrono::seconds(1));
+    for (;;) {
+      ucp_worker_progress(worker_);
+      std::erase_if(closing_, [](void* req) {
+        if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+        ucp_request_free(req);
+        return true;
+      });
+      if (closing_.empty() || SteadyClock::now() >= flush_deadline) break;
+    }
+    for (void* req : closing_) ucp_request_free(req);
+    closing_.clear();
+    for (auto& op : ops)
+      if (!op->done) finish(op.get(), *op->forced);
+    pending_.clear();  // UCX frees its remaining requests with the worker
+    lock.unlock();
+  }
+  if (mesh_) mesh_->sayGoodbye();
+  mesh_.reset();
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+  worker_ = nullptr;
+  context_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Operations
+
+Status UcxTransport::checkPost(int peer, Tag tag, bool allow_any) const {
+  if (tag > kMaxUserTag)
+    return Status::invalidArgument("ucx: tag " + std::to_string(tag) + " exceeds " + std::to_string(kUserTagBits) + " bits");
+  if ((peer < 0 || peer >= size_) && !(allow_any && peer == kAnyPeer))
+    return Status::invalidArgument("ucx: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
+  return Status::ok();
+}
+
+RequestPtr UcxTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
+  OpPtr op = makeOp(true, peer, data.size());
+  if (Status s = checkPost(peer, tag, /*allow_any=*/false); !s.isOk()) return completedRequest(op, s);
+  std::lock_guard lock(worker_mu_);
+  if (Status s = peerStatus(peer); !s.isOk()) return completedRequest(op, s);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = onSendDone;
+  param.user_data = op.get();
+  param.datatype = ucp_dt_make_contig(1);
+  ucs_status_ptr_t p = ucp_tag_send_nbx(peers_[peer].ep, data.data(), data.size(),
+                                        (ucp_tag_t(rank_) << kRankShift) | tag, &param);
+  postedLocked(op, p, nullptr);
+  return std::make_unique<UcxRequest>(std::move(op));
+}
+
+RequestPtr UcxTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
+  OpPtr op = makeOp(false, peer, data.size());
+  if (Status s = checkPost(peer, tag, /*allow_any=*/true); !s.isOk()) return completedRequest(op, s);
+  std::lock_guard lock(worker_mu_);
+  if (peer != kAnyPeer)
+    if (Status s = peerStatus(peer); !s.isOk()) return completedRequest(op, s);
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                       UCP_OP_ATTR_FIELD_RECV_INFO |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // UCX 1.13 leaves recv_info empty on immediate completion
+  param.cb.recv = onRecvDone;
+  param.user_data = op.get();
+  param.datatype = ucp_dt_make_contig(1);
+  param.recv_info.tag_info = &info;
+  ucp_tag_t ucp_tag = peer == kAnyPeer ? tag : (ucp_tag_t(peer) << kRankShift) | tag;
+  ucs_status_ptr_t p = ucp_tag_recv_nbx(worker_, data.data(), data.size(), ucp_tag,
+                                        peer == kAnyPeer ? kAnySourceMask : kExactMask, &param);
+  postedLocked(op, p, &info);
+  return std::make_unique<UcxRequest>(std::move(op));
+}
+
+void UcxTransport::postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info) {
+  op->posted = true;
+  if (p == nullptr) {  // completed at once
+    finish(op.get(), outcome(op.get(), UCS_OK, info));
+  } else if (UCS_PTR_IS_ERR(p)) {
+    finish(op.get(), outcome(op.get(), UCS_PTR_STATUS(p), nullptr));
+  } else if (op->ucx_done) {  // the callback already ran inside the call
+    ucp_request_free(p);
+  } else {
+    op->ucx_req = p;
+    pending_.emplace(op.get(), op);
+  }
+}
+
+Status UcxTransport::outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info) {
+  if (st == UCS_OK) {
+    if (!op->is_send && info != nullptr) {
+      op->source = static_cast<int>(info->sender_tag >> kRankShift);
+      op->received = info->length;
+    }
+    if (op->is_send) op->source = rank_;
+    return Status::ok();
+  }
+  if (op->forced) return *op->forced;
+  if (st == UCS_ERR_MESSAGE_TRUNCATED)
+    return Status::invalidArgument("ucx: message " + std::string(op->peer == kAnyPeer ? "" : "from rank " + std::to_string(op->peer) + " ") +
+                                   "longer than the " + std::to_string(op->capacity) + "-byte receive buffer");
+  if (op->peer != kAnyPeer) {
+    std::lock_guard lock(state_mu_);
+    if (!peers_[op->peer].failure.isOk()) return peers_[op->peer].failure;
+  }
+  if (st == UCS_ERR_CANCELED) return Status::cancelled("ucx: operation cancelled");
+  if (op->peer != kAnyPeer) {
+    // A transport-level error on the data path: the endpoint is unusable, so the peer reads as failed.
+    Status lost = Status::peerLost(op->peer, "ucx: " + ucsText(st));
+    deferred_fail_.emplace_back(op->peer, lost);
+    return lost;
+  }
+  return Status::ioError("ucx: receive failed: " + ucsText(st));
+}
+
+void UcxTransport::onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info) {
+  // Runs inside a UCP call, with worker_mu_ held.
+  op->ucx_done = true;
+  if (!op->done.load(std::memory_order_relaxed)) finish(op, outcome(op, st, info));
+  if (!op->posted) return;  // the poster frees the request when the call returns
+  ucp_request_free(req);
+  op->ucx_req = nullptr;
+  pending_.erase(op);  // may destroy op: last
+}
+
+void UcxTransport::cancelOp(const OpPtr& op) {
+  std::lock_guard lock(worker_mu_);
+  if (op->done.load()) return;
+  op->forced = Status::cancelled("ucx: " + std::string(op->is_send ? "send to" : "receive from") + " " +
+                                 (op->peer == kAnyPeer ? std::string("any rank") : "rank " + std::to_string(op->peer)) +
+                                 " cancelled");
+  if (!op->is_send) {
+    ucp_request_cancel(worker_, op->ucx_req);  // an unmatched receive completes here
+    if (op->done.load()) return;
+    // Matched: the data is in flight. Let the transfer finish briefly rather than abandon the sender.
+    Deadline limit = deadlineIn(std::chrono::milliseconds(100));
+    while (!op->done.load() && SteadyClock::now() < limit) progressLocked();
+    if (op->done.load()) return;
+  }
+  if (op->peer != kAnyPeer) {
+    // A send cannot be recalled once UCX has started it: abandon the endpoint (the peer then reads as
+    // failed until reconnect), which completes every operation on it.
+    if (markFailed(op->peer, Status::peerLost(op->peer, "ucx: endpoint to rank " + std::to_string(op->peer) +
+                                                            " abandoned after a cancelled operation; reconnect() to use it again")))
+      sweepLocked(op->peer);
+  }
+  if (!op->done.load()) finish(op.get(), *op->forced);  // UCX releases its request when it finishes with it
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Progress
+
+void UcxTransport::progressLocked() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  while (!deferred_fail_.empty()) {
+    auto [peer, why] = deferred_fail_.back();
+    deferred_fail_.pop_back();
+    if (markFailed(peer, why)) sweepLocked(peer);
+  }
+  if (!closing_.empty()) {
+    std::erase_if(closing_, [](void* req) {
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+      ucp_request_free(req);
+      return true;
+    });
+  }
+}
+
+void UcxTransport::progress(Deadline until) {
+  const uint64_t completions = completions_.load(std::memory_order_acquire);
+  const uint64_t failures = failure_count_.load();
+  auto changed = [&] {
+    return completions_.load(std::memory_order_acquire) != completions || failure_count_.load() != failures;
+  };
+  const Deadline spin_end = SteadyClock::now() + options_.spin;
+  for (;;) {
+    {
+      std::lock_guard lock(worker_mu_);
+      progressLocked();
+    }
+    if (changed()) return;
+    Deadline now = SteadyClock::now();
+    if (now >= until) return;
+    if (now < spin_end) continue;
+    ucs_status_t armed;
+    {
+      std::lock_guard lock(worker_mu_);
+      progressLocked();
+      if (changed()) return;
+      armed = ucp_worker_arm(worker_);
+    }
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
+    if (armed != UCS_OK) {
+      LOG_FIRST_N(ERROR, 1) << "ucx: ucp_worker_arm: " << ucsText(armed) << "; progress() polls instead";
+      return;
+    }
+    Deadline wake_at = std::min(until, SteadyClock::now() + kMaxSleep);
+    epoll_event events[2];
+    int n = ::epoll_wait(epoll_fd_.get(), events, 2, net::pollTimeoutMs(wake_at));
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wake_fd_.get()) {
+        uint64_t count;
+        ssize_t r = ::read(wake_fd_.get(), &count, sizeof(count));
+        (void)r;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Failures
+
+Status UcxTransport::peerStatus(int peer) const {
+  if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
+  std::lock_guard lock(state_mu_);
+  return peers_[peer].failure;
+}
+
+bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
+  {
+    std::lock_guard lock(state_mu_);
+    if (!peers_[peer].failure.isOk()) return false;
+    peers_[peer].failure = why.isOk() ? Status::peerLost(peer, "declared failed") : why;
+    failure_count_.fetch_add(1);
+  }
+  // An orderly exit of a peer is routine at the end of a job; anything else deserves a warning.
+  if (routine) {
+    VLOG(1) << "ucx rank " << rank_ << ": " << why.toString();
+  } else {
+    LOG(WARNING) << "ucx rank " << rank_ << ": rank " << peer << " failed: " << why.toString();
+  }
+  wakeSleepers();
+  return true;
+}
+
+void UcxTransport::sweepLocked(int peer) {
+  const Status sticky = peerStatus(peer);
+  std::vector<OpPtr> ops;
+  for (auto& [raw, op] : pending_)
+    if (op->peer == peer && !op->done.load()) ops.push_back(op);
+  for (auto& op : ops) {
+    if (!op->forced) op->forced = sticky;
+    if (!op->is_send && op->ucx_req != nullptr && !op->ucx_done) ucp_request_cancel(worker_, op->ucx_req);
+  }
+  if (Peer& p = peers_[peer]; p.ep != nullptr) {
+    // Force-close: UCX completes the sends still on the endpoint (UCS_ERR_CANCELED) without talking to the peer.
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(p.ep, &close);
+    if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+    p.ep = nullptr;
+  }
+  for (auto& op : ops)
+    if (!op->done.load()) finish(op.get(), *op->forced);  // UCX still holds it: released when UCX finishes
+}
+
+void UcxTransport::failPeer(int peer, const Status& why) {
+  if (peer < 0 || peer >= size_) return;
+  std::lock_guard lock(worker_mu_);
+  if (markFailed(peer, why)) sweepLocked(peer);
+}
+
+void UcxTransport::onControlLost(int peer, uint64_t incarnation, bool orderly) {
+  if (peer < 0 || peer >= size_ || peers_[peer].incarnation.load() != incarnation) return;  // an older process
+  peers_[peer].lost_incarnation.store(incarnation);
+  const std::string who = "rank " + std::to_string(peer) + " (incarnation " + std::to_string(incarnation) + ")";
+  Status why = Status::peerLost(peer, orderly ? "ucx: " + who + " closed its transport"
+                                             : "ucx: control connection to " + who + " lost: the process is gone");
+  std::lock_guard lock(worker_mu_);
+  progressLocked();  // messages the peer sent before it went may already sit in our queues: match them first
+  if (markFailed(peer, why, /*routine=*/orderly)) sweepLocked(peer);
+}
+
+void UcxTransport::wakeSleepers() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)n;
+}
+
+Status UcxTransport::reconnect(int peer, Deadline deadline) {
+  if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: reconnect: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
+  if (peer == rank_) return Status::invalidArgument("ucx: reconnect: rank " + std::to_string(peer) + " is this rank");
+  const uint64_t current = peers_[peer].incarnation.load();
+  // The process we talked to may still be alive (failed by a cancel or the control plane): it may be
+  // reconnected as it is. Otherwise wait for its replacement's record.
+  const bool gone = peers_[peer].lost_incarnation.load() == current || !mesh_->alive(peer, current);
+  const uint64_t wanted = gone ? current + 1 : current;
+  CHAOSBED_RETURN_IF_ERROR(connectPeer(peer, wanted, deadline));
+  {
+    std::lock_guard lock(state_mu_);
+    peers_[peer].failure = Status::ok();
+  }
+  LOG(INFO) << "ucx rank " << rank_ << ": reconnected to rank " << peer << " (incarnation "
+            << peers_[peer].incarnation.load() << ")";
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOptions& options) {
+  if (options.size < 1 || options.size > kMaxRanks)
+    return Status::invalidArgument("ucx: size " + std::to_string(options.size) + " not in 1.." + std::to_string(kMaxRanks));
+  if (options.rank < 0 || options.rank >= options.size)
+    return Status::invalidArgument("ucx: rank " + std::to_string(options.rank) + " not in 0.." + std::to_string(options.size - 1));
+  if (options.prefix.empty()) return Status::invalidArgument("ucx: empty store key prefix");
+  const Deadline deadline = deadlineIn(options.connect_timeout);
+  uint64_t incarnation;
+  if (options.incarnation >= 0) {
+    incarnation = static_cast<uint64_t>(options.incarnation) + 1;  // 0 means "not connected" internally
+  } else {
+    CHAOSBED_ASSIGN_OR_RETURN(int64_t drawn, store.add(recordKey(options.prefix, options.rank) + "/incarnation", 1));
+    incarnation = static_cast<uint64_t>(drawn);
+  }
+  auto transport = std::make_unique<UcxTransport>(store, options, incarnation);
+  CHAOSBED_RETURN_IF_ERROR(transport->init());
+  CHAOSBED_RETURN_IF_ERROR(transport->publish());
+  for (int peer = 0; peer < options.size; ++peer)
+    CHAOSBED_RETURN_IF_ERROR(transport->connectPeer(peer, 0, deadline));
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+}  // namespace chaosbed
