@@ -106,9 +106,15 @@ int scrape(const std::string& addr, double secs) {
     if (body.isOk()) {
       ms.push_back(t);
       if (auto x = parseExposition(*body); x.isOk()) {
+        // Mean step time of the workers: from the step histogram, else wall time accounted per step.
         double s = 0, c = 0;
         for (const auto& m : x->find("chaosbed_step_duration_seconds_sum", {{"role", "worker"}})) s += m.value;
         for (const auto& m : x->find("chaosbed_step_duration_seconds_count", {{"role", "worker"}})) c += m.value;
+        if (c == 0) {
+          for (const char* n : {"chaosbed_compute_seconds_total", "chaosbed_transfer_seconds_total", "chaosbed_idle_seconds_total"})
+            for (const auto& m : x->find(n, {{"role", "worker"}})) s += m.value;
+          for (const auto& m : x->find("chaosbed_steps_total", {{"role", "worker"}})) c += m.value;
+        }
         if (c >= step_count) {
           step_sum = s;
           step_count = c;

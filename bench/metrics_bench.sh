@@ -35,8 +35,8 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [ -n "$addr" ] || { echo "metrics_bench: the run printed no metrics address:" >&2; cat "$work/run.log" >&2; exit 1; }
-"$work/metrics_bench" scrape "$addr" 120 | tee "$work/live.txt"
-wait $run_pid || echo "(chaosbed run exited with $?)"
+"$work/metrics_bench" scrape "$addr" 120 | tee "$work/live.txt" || echo "metrics_bench: no scrape of the run succeeded"
+wait $run_pid || { rc=$?; echo "(chaosbed run exited with $rc):"; tail -5 "$work/run.log"; }
 run_pid=
 
 step_ms="$(sed -n 's/^run_mean_step_ms: \([0-9.]*\).*/\1/p' "$work/live.txt")"

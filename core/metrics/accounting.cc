@@ -114,6 +114,23 @@ void NodeStats::merge(const NodeStats& o) {
   recovery_seconds.merge(o.recovery_seconds);
 }
 
+TransferSplitter::Split TransferSplitter::split(double seconds) {
+  seconds = std::max(0.0, seconds);
+  if (recent_.size() >= 5) {
+    std::vector<double> sorted = recent_;
+    std::nth_element(sorted.begin(), sorted.begin() + long(sorted.size() / 2), sorted.end());
+    const double usual = sorted[sorted.size() / 2];
+    if (seconds > 4 * usual + 0.002) return {usual, seconds - usual};
+  }
+  if (recent_.size() < kWindow) {
+    recent_.push_back(seconds);
+  } else {
+    recent_[next_] = seconds;
+    next_ = (next_ + 1) % kWindow;
+  }
+  return {seconds, 0};
+}
+
 void Accounting::add(TimeCategory category, double seconds) {
   std::lock_guard lock(mu_);
   stats_.seconds[int(category)] += std::max(0.0, seconds);

@@ -62,6 +62,24 @@ struct NodeStats {
   void merge(const NodeStats& other);  // sums (for per-strategy totals)
 };
 
+// Splits the wall time of a collective call into transfer and waiting. A call that takes far longer than
+// calls of its kind usually do was held up by a member (paused, slow, or dying in the middle of it), so the
+// time beyond its usual duration is idle (reason peer), not transfer. "Usual" is the median of the recent
+// unremarkable calls. Not thread-safe: one per call site.
+class TransferSplitter {
+ public:
+  struct Split {
+    double transfer = 0;
+    double idle = 0;
+  };
+  Split split(double seconds);
+
+ private:
+  std::vector<double> recent_;  // ring of the last kWindow unremarkable durations
+  size_t next_ = 0;
+  static constexpr size_t kWindow = 31;
+};
+
 class Accounting {
  public:
   void add(TimeCategory category, double seconds);

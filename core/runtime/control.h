@@ -5,15 +5,17 @@
 // nodes own their reports. Keys written by nodes survive the node, so a killed node's counters still count.
 //
 //   key                           writer      value
+// <incarnation> counts a node's predecessors: 0 for its first process, 1 for its first replacement, ...
 //   ready/<node>#<incarnation>    node        "1" once its transport is up (the controller waits on it)
 //   start                         controller  realtime ns of the start of training (t0 of TTA)
 //   stats/<node>#<incarnation>    node        NodeStats JSON, cumulative, refreshed ~2x per second
 //   events/count, events/<i>      node        append-only JSON events (recovery, rollback, checkpoint, ...)
 //   membership/<g>                controller  Membership JSON of generation g (g = 0, 1, ...)
-//   membership/latest             controller  the latest generation (an add() counter, starts at -1)
 //   stop                          controller  reason; nodes finish the current step and exit 0
 //   notice/<node>#<incarnation>   node        a preemption notice (SIGTERM) was received
-//   link/<node>/count, link/<node>/<i>  controller  link shaping commands for that node (JSON)
+//   link/<node>/count, link/<node>/<i>  controller  link shaping commands for that node (JSON: op set|clear,
+//                                                  peers [node names], bandwidth_mbps, latency_ms, partition)
+//   link/<node>/ack/<i>           node        command i was applied to the node's shaper
 //
 // Times that cross processes are realtime nanoseconds (CLOCK_REALTIME; one host or NTP-synchronised).
 

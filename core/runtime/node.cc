@@ -5,13 +5,16 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "core/runtime/control.h"
 #include "core/strategies/evaluator.h"
 #include "core/strategies/mirrored.h"
 #include "core/strategies/parameter_server.h"
 #include "core/strategies/strategy.h"
+#include "transports/shaper/link_shaper.h"
 #include "transports/ucx/transport.h"
 
 namespace chaosbed {
@@ -58,6 +61,67 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
     return Status::invalidArgument("node config " + path + ": " + e.what());
   }
 }
+
+// The transport rank of a node name ("worker-2", "ps-0", "evaluator-0"), or -1.
+int rankOfNode(const std::string& name, const NodeConfig& c) {
+  const auto dash = name.rfind('-');
+  if (dash == std::string::npos) return -1;
+  const std::string role = name.substr(0, dash);
+  const int index = std::atoi(name.c_str() + dash + 1);
+  if (role == "worker" && index < c.workers) return index;
+  if (role == "ps" && index < c.servers) return c.workers + index;
+  if (role == "evaluator" && index == 0) return c.workers + c.servers;
+  return -1;
+}
+
+// Applies the controller's link commands (chaos `link` faults) to this node's shaper, in order, and
+// acknowledges each one (core/runtime/control.h: link/<node>/<i>, link/<node>/ack/<i>).
+class LinkCommandWatcher {
+ public:
+  LinkCommandWatcher(ControlChannel& control, LinkShaper& shaper, const NodeConfig& config)
+      : control_(control), shaper_(shaper), config_(config), thread_([this] { loop(); }) {}
+  ~LinkCommandWatcher() {
+    closing_ = true;
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    for (int64_t i = 0; !closing_;) {
+      const std::string base = "link/" + control_.node() + "/";
+      auto text = control_.store().get(control_.key(base + std::to_string(i)), deadlineIn(200ms));
+      if (!text.isOk()) continue;
+      apply(nlohmann::json::parse(*text, nullptr, false));
+      (void)control_.store().set(control_.key(base + "ack/" + std::to_string(i)), "1");
+      ++i;
+    }
+  }
+
+  void apply(const nlohmann::json& cmd) {
+    if (!cmd.is_object() || !cmd.contains("peers")) {
+      LOG(WARNING) << control_.node() << ": malformed link command " << cmd.dump();
+      return;
+    }
+    LinkParams params;
+    if (cmd.value("op", "") == "set") {
+      params.latency = std::chrono::microseconds(int64_t(cmd.value("latency_ms", 0.0) * 1000));
+      params.bandwidth_bytes_per_s = cmd.value("bandwidth_mbps", 0.0) * 1e6 / 8;
+      params.partitioned = cmd.value("partition", false);
+    }
+    for (const auto& peer : cmd["peers"]) {
+      const int rank = rankOfNode(peer.get<std::string>(), config_);
+      if (rank < 0) continue;  // a node this strategy does not run (a ps under mirrored)
+      if (Status s = shaper_.setLink(rank, params); !s.isOk()) LOG(WARNING) << "link to " << peer << ": " << s.toString();
+    }
+    LOG(INFO) << control_.node() << ": link " << cmd.dump();
+  }
+
+  ControlChannel& control_;
+  LinkShaper& shaper_;
+  const NodeConfig& config_;
+  std::atomic<bool> closing_{false};
+  std::thread thread_;
+};
 
 Result<int> rankOf(const NodeLaunch& launch, const NodeConfig& c) {
   if (launch.role == "worker" && launch.index >= 0 && launch.index < c.workers) return launch.index;
@@ -116,13 +180,16 @@ int runNodeProcess(const NodeLaunch& launch) {
   ucx.size = c.workers + c.servers + 1;
   ucx.prefix = c.prefix;
   ucx.connect_timeout = std::chrono::milliseconds(int64_t(c.connect_timeout_s * 1000));
-  auto transport = createUcxTransport(**store, ucx);
-  if (!transport.isOk()) {
-    LOG(ERROR) << node << ": " << transport.status().toString();
+  auto ucx_transport = createUcxTransport(**store, ucx);
+  if (!ucx_transport.isOk()) {
+    LOG(ERROR) << node << ": " << ucx_transport.status().toString();
     return kExitInfrastructure;
   }
+  // Link faults act on this node's sends; an idle shaper adds nothing but a branch per message.
+  auto transport = std::make_unique<LinkShaper>(std::move(*ucx_transport));
 
-  ControlChannel control(**store, c.prefix, node, launch.incarnation);
+  // The control plane counts predecessors: 0 for a node's first process (the launcher counts from 1).
+  ControlChannel control(**store, c.prefix, node, std::max(0, launch.incarnation - 1));
   Accounting accounting;
   if (Status s = control.announceReady(); !s.isOk()) {
     LOG(ERROR) << node << ": " << s.toString();
@@ -134,8 +201,9 @@ int runNodeProcess(const NodeLaunch& launch) {
     return kExitInfrastructure;
   }
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
+  LinkCommandWatcher link_watcher(control, *transport, c);
 
-  NodeContext ctx{**transport, control, accounting, c.training, c.strategy};
+  NodeContext ctx{*transport, control, accounting, c.training, c.strategy};
   ctx.rank = *rank;
   ctx.workers = c.workers;
   ctx.servers = c.servers;

@@ -22,7 +22,7 @@ struct NodeLaunch {
   std::string config_path;
   std::string role;      // "worker" | "ps" | "evaluator"
   int index = 0;         // within the role
-  int incarnation = 0;   // 1 for the first process of a node, +1 per replacement (0: unknown)
+  int incarnation = 1;   // the launcher's count: 1 for the first process of a node, +1 per replacement
 };
 
 int runNodeProcess(const NodeLaunch& launch);

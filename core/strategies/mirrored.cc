@@ -146,6 +146,8 @@ class MirroredWorker {
   const TrainingConfig& cfg_;
   const data::Dataset& train_;
   const MirroredHooks& hooks_;
+  TransferSplitter header_splitter_;     // step-header exchanges
+  TransferSplitter allreduce_splitter_;  // gradient all-reduces
   const int me_;
   size_t bpw_ = 0;
   int64_t start_ns_ = 0;
@@ -539,15 +541,17 @@ Status MirroredWorker::step(StepOutcome& out) {
     if (h.flags & kFlagNotice) out.noticed.push_back(h.rank);
   }
   // Waiting for the last member to arrive is idle; the rest of the exchange moved data.
+  // A member frozen or dying in the middle of an exchange shows as an exchange far longer than usual.
   const double idle = std::clamp(double(last_arrival - header.arrival_ns) * 1e-9, 0.0, exchange);
-  ctx_.accounting.add(TimeCategory::kIdlePeer, idle);
-  ctx_.accounting.add(TimeCategory::kTransfer, exchange - idle);
+  const auto header_split = header_splitter_.split(exchange - idle);
+  ctx_.accounting.add(TimeCategory::kIdlePeer, idle + header_split.idle);
+  ctx_.accounting.add(TimeCategory::kTransfer, header_split.transfer);
 
   out.failed_at = SteadyClock::now();
-  {
-    Accounting::Timer t(ctx_.accounting, TimeCategory::kTransfer);
-    s = allreduce(comm_, model_->gradients(), collectiveDeadline());
-  }
+  s = allreduce(comm_, model_->gradients(), collectiveDeadline());
+  const auto reduce_split = allreduce_splitter_.split(secondsSince(out.failed_at));
+  ctx_.accounting.add(TimeCategory::kTransfer, reduce_split.transfer);
+  ctx_.accounting.add(TimeCategory::kIdlePeer, reduce_split.idle);
   if (!s.isOk()) return s.withContext("mirrored: gradient all-reduce of step " + std::to_string(progress_.step));
   CHAOSBED_RETURN_IF_ERROR(applyGradient(1.0f / static_cast<float>(n)));
   completeStep(static_cast<int64_t>(bpw_) * n, static_cast<int64_t>(bpw_), started);
@@ -937,45 +941,15 @@ Result<MirroredOutcome> MirroredWorker::run() {
 
 }  // namespace
 
-data::SyntheticOptions syntheticOptionsFor(const TrainingConfig& config) {
-  data::SyntheticOptions o;
-  if (!config.layers.empty()) {
-    o.dims = static_cast<size_t>(std::max(config.layers.front(), 0));
-    o.num_classes = std::max(config.layers.back(), 0);
-  }
-  return o;
-}
-
-Result<data::Dataset> loadTrainingSet(const TrainingConfig& config) {
-  if (config.layers.size() < 2) return Status::invalidArgument("model.layers: needs at least two sizes");
-  data::Dataset train;
-  if (config.dataset == "synthetic") {
-    CHAOSBED_ASSIGN_OR_RETURN(auto splits, data::makeSynthetic(syntheticOptionsFor(config)));
-    train = std::move(splits.train);
-  } else if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
-    CHAOSBED_ASSIGN_OR_RETURN(auto splits, data::loadMnistLayout(config.data_path));
-    train = std::move(splits.train);
-  } else {
-    return Status::invalidArgument("data.dataset: unknown dataset '" + config.dataset +
-                                   "' (fashion-mnist, mnist or synthetic)");
-  }
-  if (train.dims != static_cast<size_t>(config.layers.front()) || train.num_classes != config.layers.back())
-    return Status::invalidArgument("model.layers: " + config.dataset + " has " + std::to_string(train.dims) +
-                                   " dims and " + std::to_string(train.num_classes) +
-                                   " classes, but the layers start with " + std::to_string(config.layers.front()) +
-                                   " and end with " + std::to_string(config.layers.back()));
-  return train;
-}
-
 Result<MirroredOutcome> runMirrored(NodeContext& ctx, const data::Dataset& train, const MirroredHooks& hooks) {
   MirroredWorker worker(ctx, train, hooks);
   return worker.run();
 }
 
 Status runMirroredWorker(NodeContext& ctx) {
-  CHAOSBED_ASSIGN_OR_RETURN(data::Dataset train, loadTrainingSet(ctx.config));
-  auto outcome = runMirrored(ctx, train);
-  return outcome.status();
+  if (ctx.data) return runMirrored(ctx, ctx.data->train).status();
+  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits data, loadTrainingData(ctx.config));
+  return runMirrored(ctx, data.train).status();
 }
 
 }  // namespace chaosbed

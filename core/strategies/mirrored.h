@@ -78,15 +78,7 @@ struct MirroredHooks {
   std::function<void(int64_t step, int64_t generation)> after_gradient;
 };
 
-// Loads the training split named by config.dataset: "fashion-mnist" / "mnist" from config.data_path (IDX
-// layout), or "synthetic" (syntheticOptionsFor(config)). InvalidArgument when its dimensions or classes
-// disagree with config.layers.
-Result<data::Dataset> loadTrainingSet(const TrainingConfig& config);
-// The synthetic data set of a config: dims and classes from config.layers, the data module's defaults
-// otherwise (the evaluator builds the same test split from it).
-data::SyntheticOptions syntheticOptionsFor(const TrainingConfig& config);
-
-// The role function: loads the training set and trains (see above).
+// The role function: trains on ctx.data (loading it when the runtime has not) (see above).
 Status runMirroredWorker(NodeContext& ctx);
 // Trains on a given training set (it must outlive the call).
 Result<MirroredOutcome> runMirrored(NodeContext& ctx, const data::Dataset& train, const MirroredHooks& hooks = {});

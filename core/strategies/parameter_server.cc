@@ -6,7 +6,8 @@
 // A worker step: compute the gradient on its own data shard, then send every server its slice of the
 // gradient (kPushPull) and receive the shard's fresh parameters in the reply: one round trip per shard per
 // step, all shards in flight at once. A new or replacement worker starts with kPull (no gradient).
-// Servers apply each push at once (async SGD with momentum). Bounded staleness (max_staleness s > 0): a
+// Servers apply each push at once (async SGD with momentum), scaled by 1/workers so that the learning rate
+// per sample equals the synchronous strategies'. Bounded staleness (max_staleness s > 0): a
 // reply is held until the slowest live worker is at most s pushes behind the requester (SSP); s = 0 is a
 // synchronous parameter server: the server averages the gradients of one round from every live worker and
 // applies them once, then answers everyone (the update mirrored would make).
@@ -308,7 +309,9 @@ void PsServer::onRequest(int worker) {
       round_samples_ += h.samples;
     } else {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
-      (void)sgd_.apply(params_, grad);
+      // Each push moves the model by 1/workers of a step: W pushes of batch b then make the progress of one
+      // synchronous step over W x b samples, so both strategies train with the same learning rate per sample.
+      (void)sgd_.apply(params_, grad, 1.0f / float(ctx_.workers));
       ++version_;
       ctx_.accounting.step(h.samples, 0);
     }
@@ -430,7 +433,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
   for (int s = 0; s < shards; ++s) {
     PsRequestHeader h;
     h.op = uint32_t(push ? PsOp::kPushPull : PsOp::kPull);
-    h.incarnation = uint32_t(std::max(1, ctx_.control.incarnation()));
+    h.incarnation = uint32_t(ctx_.control.incarnation() + 1);  // 0 means "not seen" on the server
     h.seq = seq;
     h.pulled_version = pulled_[size_t(s)];
     h.samples = push ? samples : 0;
@@ -495,7 +498,7 @@ Status PsWorker::awaitServer(const Status& why) {
 }
 
 Status PsWorker::run() {
-  const bool replacement = ctx_.control.incarnation() > 1;
+  const bool replacement = ctx_.control.incarnation() > 0;
   if (replacement) recovering_since_ = ctx_.control.elapsed();
   // The first pull: the model as the servers hold it.
   for (;;) {
@@ -560,7 +563,7 @@ Status runPsWorker(NodeContext& ctx) {
   CHAOSBED_ASSIGN_OR_RETURN(
       data::BatchIterator batches,
       data::BatchIterator::create(ctx.data->train, {ctx.rank, ctx.workers},
-                                  ctx.config.seed + uint64_t(std::max(0, ctx.control.incarnation() - 1)) * 7919,
+                                  ctx.config.seed + uint64_t(ctx.control.incarnation()) * 7919,
                                   size_t(ctx.config.batch_per_worker)));
   return PsWorker(ctx, std::move(mlp), std::move(ranges), std::move(batches)).run();
 }

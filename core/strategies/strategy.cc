@@ -4,6 +4,10 @@
 
 namespace chaosbed {
 
+namespace {
+Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config);
+}  // namespace
+
 nlohmann::json StrategyOptions::toJson() const {
   nlohmann::json j = {{"kind", kind == StrategyKind::kMirrored ? "mirrored" : "parameter_server"},
                       {"label", label},
@@ -68,7 +72,20 @@ TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
 }
 
 Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
-  if (config.layers.size() < 2) return Status::invalidArgument("training: model needs at least two layers");
+  if (config.layers.size() < 2) return Status::invalidArgument("model.layers: needs at least two sizes");
+  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits splits, loadDatasets(config));
+  const auto& train = splits.train;
+  if (train.dims != static_cast<size_t>(config.layers.front()) || train.num_classes != config.layers.back())
+    return Status::invalidArgument("model.layers: " + config.dataset + " has " + std::to_string(train.dims) +
+                                   " dims and " + std::to_string(train.num_classes) +
+                                   " classes, but the layers start with " + std::to_string(config.layers.front()) +
+                                   " and end with " + std::to_string(config.layers.back()));
+  return splits;
+}
+
+namespace {
+
+Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config) {
   if (config.dataset == "synthetic") {
     data::SyntheticOptions o;
     o.dims = size_t(config.layers.front());
@@ -76,6 +93,9 @@ Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
     o.train_size = size_t(config.synthetic_samples);
     o.test_size = std::max<size_t>(256, o.train_size / 4);
     o.seed = config.seed;
+    // Unit-scale inputs, well separated classes: a test set that a small MLP learns in seconds.
+    o.separation = 1.0f;
+    o.noise = 1.0f;
     return data::makeSynthetic(o);
   }
   if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
@@ -84,7 +104,9 @@ Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
       return splits.status().withContext(config.dataset + " not found (scripts/install-deps.sh installs it)");
     return splits;
   }
-  return Status::invalidArgument("training: unknown dataset '" + config.dataset + "'");
+  return Status::invalidArgument("data.dataset: unknown dataset '" + config.dataset + "' (fashion-mnist, mnist or synthetic)");
 }
+
+}  // namespace
 
 }  // namespace chaosbed

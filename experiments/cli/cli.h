@@ -17,6 +17,12 @@ int validate(int argc, char** argv);
 
 // `chaosbed run SPEC` (run.cc).
 int runExperiment(int argc, char** argv);
+// `chaosbed report DIR` (report.cc): rewrites DIR/report.html from the results directory.
+int runReport(int argc, char** argv);
+// `chaosbed sweep SPEC` (sweep.cc): grid x seeds + baseline, resumable; sweep.csv and crossover.svg.
+int runSweep(int argc, char** argv);
+// `chaosbed suite SUITE --junit FILE` (suite.cc): scenarios with assertions; JUnit XML; exit 0/1/3/4.
+int runSuite(int argc, char** argv);
 
 // Node processes (node_cmd.cc), started by the launcher.
 int runWorker(int argc, char** argv);

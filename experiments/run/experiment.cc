@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "chaos/event_log.h"
 #include "chaos/schedule/schedule.h"
 #include "core/metrics/exporter.h"
+#include "experiments/report/report.h"
 #include "experiments/run/results.h"
 
 namespace chaosbed::run {
@@ -59,7 +61,10 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     auto exporter = MetricsExporter::create(listen);
     if (!exporter.isOk()) return exporter.status().withContext("metrics endpoint " + listen);
     metrics = std::move(*exporter);
-    if (out) std::fprintf(out, "metrics: http://%s/metrics\n", metrics->address().c_str());
+    if (out) {
+      std::fprintf(out, "metrics: http://%s/metrics\n", metrics->address().c_str());
+      std::fflush(out);
+    }
   }
 
   // Node isolation only isolates when the quotas fit the machine.
@@ -106,6 +111,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   outcome.complete = !outcome.interrupted && failure.isOk();
   CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, outcome.results, outcome.complete));
   CHAOSBED_RETURN_IF_ERROR(writeTimeseries(dir, outcome.results));
+  if (Status s = report::writeReport(dir); !s.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", s.toString().c_str());
   if (metrics && !spec.metrics.push_gateway.empty()) {
     if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name); !s.isOk())
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", spec.metrics.push_gateway.c_str(), s.toString().c_str());
@@ -113,6 +119,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   if (out)
     std::fprintf(out, "\n%s\nresults: %s\n", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
                  dir.c_str());
+  // Give Prometheus one more scrape of the final values (a batch job can also push them).
+  if (metrics) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   if (!failure.isOk()) return failure;
   return outcome;
 }

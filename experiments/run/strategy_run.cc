@@ -76,7 +76,7 @@ struct Outage {
   double since_s = 0;          // run seconds when it died
   bool by_chaos = false;       // chaos decides its replacement
   std::optional<double> restart_at_s;  // supervisor-scheduled restart
-  int awaiting_incarnation = 0;        // restarted: waiting for its ready key
+  std::optional<int> awaiting_incarnation;  // restarted: waiting for the ready key of this incarnation
 };
 
 // A failure whose recovery is being timed: from the node's death to the first step completed after it.
@@ -156,7 +156,12 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
     auto n = ctx_.store->add(key("link/" + node + "/count"), 1);
     if (!n.isOk()) return n.status();
-    return ctx_.store->set(key("link/" + node + "/" + std::to_string(*n - 1)), cmd.dump());
+    const std::string index = std::to_string(*n - 1);
+    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), cmd.dump()));
+    // The node applies commands in order and acknowledges each; a dead node never does.
+    auto ack = ctx_.store->get(key("link/" + node + "/ack/" + index), deadlineIn(2s));
+    if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
+    return Status::ok();
   }
 
   Status prepare();
@@ -268,7 +273,7 @@ Status Supervisor::waitReady(const std::vector<std::string>& names, Deadline dea
   for (const std::string& name : names) {
     for (;;) {
       if (ctx_.interrupted && ctx_.interrupted->load()) return Status::cancelled("interrupted");
-      int inc = launcher_->incarnation(name);
+      int inc = launcher_->incarnation(name) - 1;  // the control plane counts predecessors
       if (ctx_.store->get(key("ready/" + name + "#" + std::to_string(inc)), deadlineIn(100ms)).isOk()) break;
       if (!launcher_->running(name)) {
         return Status::unavailable(name + " exited during start-up; see " + launcher_->logPath(name));
@@ -289,13 +294,13 @@ Status Supervisor::restartLocked(const std::string& node) {
   if (!pid.isOk()) return pid.status();
   Outage& o = down_[node];
   o.restart_at_s.reset();
-  o.awaiting_incarnation = launcher_->incarnation(node);
+  o.awaiting_incarnation = launcher_->incarnation(node) - 1;
   {
     std::lock_guard exits_lock(exits_mu_);
     chaos_killed_.erase(node);
   }
   if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
-                                              {"node", node}, {"incarnation", o.awaiting_incarnation}, {"t", now()}});
+                                              {"node", node}, {"incarnation", *o.awaiting_incarnation}, {"t", now()}});
   return Status::ok();
 }
 
@@ -327,7 +332,7 @@ void Supervisor::handleExits() {
     Outage& o = down_[e.name];
     o.since_s = t;
     o.by_chaos = by_chaos;
-    o.awaiting_incarnation = 0;
+    o.awaiting_incarnation.reset();
     if (!by_chaos) o.restart_at_s = t + kRestartAfterCrashS;
     if (role == "worker" && mirrored_ && strategy_.on_failure == spec::OnFailure::kElastic) {
       std::vector<int> survivors;
@@ -367,8 +372,8 @@ void Supervisor::checkReplacements() {
     if (o.restart_at_s && t >= *o.restart_at_s && !launcher_->running(name)) {
       if (Status s = restartLocked(name); !s.isOk()) LOG(ERROR) << "restarting " << name << ": " << s.toString();
     }
-    if (o.awaiting_incarnation > 0) {
-      auto ready = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(o.awaiting_incarnation)));
+    if (o.awaiting_incarnation) {
+      auto ready = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(*o.awaiting_incarnation)));
       if (ready.isOk() && *ready) {
         if (name.rfind("worker-", 0) == 0) ready_workers.push_back(std::stoi(name.substr(7)));
         it = down_.erase(it);
@@ -457,7 +462,7 @@ void Supervisor::closeEpisodes(double t_s) {
 
 NodeStats Supervisor::nodeStats(const std::string& name) const {
   NodeStats total;
-  for (int inc = 1; inc <= launcher_->incarnation(name); ++inc) {
+  for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
     const std::string k = key("stats/" + name + "#" + std::to_string(inc));
     auto has = ctx_.store->contains(k);
     if (!has.isOk() || !*has) continue;
@@ -595,7 +600,7 @@ Result<StrategyResult> Supervisor::run() {
       {
         std::lock_guard lock(mu_);
         replacement_due = false;
-        for (const auto& [name, o] : down_) replacement_due |= name.rfind("worker-", 0) == 0 && (o.restart_at_s || o.awaiting_incarnation);
+        for (const auto& [name, o] : down_) replacement_due |= name.rfind("worker-", 0) == 0 && (o.restart_at_s || o.awaiting_incarnation.has_value());
       }
       if (!replacement_due && !chaos_controller) requestStop("workers_ended");
     }

@@ -49,9 +49,9 @@ std::set<std::string> namesUsedByDashboardsAndRules() {
 }
 
 // `chaosbed run` of the tiny scenario; stdout is line-buffered (stdbuf) so the "metrics:" line arrives at once.
-class Run {
+class ChaosbedRun {
  public:
-  explicit Run(const fs::path& out)
+  explicit ChaosbedRun(const fs::path& out)
       : child_({"stdbuf", "-oL", "-eL", CHAOSBED_BINARY, "run", kScenario.string(), "--out", out.string(),
                 "--metrics_addr", "127.0.0.1:0"}) {}
   // The exporter's host:port from the "metrics: http://HOST:PORT/metrics" line.
@@ -79,7 +79,7 @@ TEST(ObservabilityRun, LiveScrapeIsCleanAndCoversDashboardsAndRules) {
   std::string why;
   if (!runnable(&why)) GTEST_SKIP() << why;
   TempDir out("obs_run");
-  Run run(out.path() / "results");
+  ChaosbedRun run(out.path() / "results");
   const std::string addr = run.waitForAddress();
   ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
 
@@ -149,13 +149,13 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   if (!runnable(&why)) GTEST_SKIP() << why;
   if (!haveTool("prometheus")) GTEST_SKIP() << "prometheus not installed (Debian package prometheus)";
   TempDir dir("obs_prom");
-  Run run(dir.path() / "results");
+  ChaosbedRun run(dir.path() / "results");
   const std::string addr = run.waitForAddress();
   ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
 
-  // Our prometheus.yml and rules.yml, with a 1 s interval and the run's address as the target.
+  // Our prometheus.yml and rules.yml, scraping the run often (its endpoint ends with it) with rules every 1 s.
   YAML::Node config = YAML::LoadFile((dashboardsDir() / "prometheus" / "prometheus.yml").string());
-  config["global"]["scrape_interval"] = "1s";
+  config["global"]["scrape_interval"] = "200ms";  // the run ends right after its last TTA is set
   config["global"]["evaluation_interval"] = "1s";
   config["rule_files"] = YAML::Load("[" + (dashboardsDir() / "prometheus" / "rules.yml").string() + "]");
   YAML::Node scrape = YAML::Load("[{job_name: chaosbed, static_configs: [{targets: ['" + addr + "']}]}]");

@@ -588,7 +588,7 @@ TEST(MirroredTest, BadInputIsRefusedWithAClearError) {
   TrainingConfig config = tinyConfig(8, 1);
   config.layers = {20, 4};  // the synthetic set is made from the layers; the dataset option decides
   config.dataset = "imagenet";
-  auto r = loadTrainingSet(config);
+  auto r = loadTrainingData(config);
   ASSERT_FALSE(r.isOk());
   EXPECT_NE(r.status().message().find("imagenet"), std::string::npos) << r.status().toString();
 

@@ -1,3 +1,5 @@
+// Real-time accuracy of the link shaper (bandwidth +-10%, latency +-1 ms): an integration test, run serially,
+// because it measures elapsed time.
 // LinkShaper over the loopback transport. The accuracy tests measure real elapsed time (that is what they
 // verify) and are kept well under a second each: bandwidth within +-10% for 10 MB, latency within +-1 ms.
 

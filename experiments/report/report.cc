@@ -1,0 +1,409 @@
+#include "experiments/report/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "experiments/run/results.h"
+
+namespace chaosbed::report {
+namespace {
+
+constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
+constexpr const char* kPartColors[][2] = {{"compute", "#4c78a8"},       {"transfer", "#72b7b2"},
+                                          {"idle_peer", "#e45756"},     {"idle_server", "#f58518"},
+                                          {"idle_recovery", "#b279a2"}};
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+std::string num(double v) { return fmt("%.1f", v); }
+
+Result<std::string> readFile(const std::string& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (required) return Status::notFound("cannot read " + path);
+    return std::string();
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char* bandColor(const std::string& kind) {
+  if (kind == "pause") return "#9e9e9e";
+  if (kind == "slow") return "#ffb74d";
+  if (kind == "link") return "#64b5f6";
+  if (kind == "kill" || kind == "preempt") return "#e53935";
+  return "#bdbdbd";
+}
+
+double jnum(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string colorOf(size_t i) { return kPalette[i % std::size(kPalette)]; }
+
+// Nice round tick step for a range.
+double tickStep(double range, int target_ticks) {
+  if (range <= 0) return 1;
+  double raw = range / target_ticks;
+  double mag = std::pow(10, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) return m * mag;
+  return 10 * mag;
+}
+
+std::string accuracyChart(const ReportInput& in, const std::vector<std::string>& labels) {
+  const double W = 960, H = 380, L = 130, R = 20, T = 20, B = 40;
+  const double lane_h = 14;
+  double tmax = 1;
+  for (const auto& p : in.series) tmax = std::max(tmax, p.time_s);
+  for (const auto& f : in.faults) tmax = std::max(tmax, f.end_s);
+  if (in.summary.contains("strategies"))
+    for (const auto& [label, s] : in.summary["strategies"].items()) tmax = std::max(tmax, jnum(s, "wall_seconds"));
+  const double pw = W - L - R, ph = H - T - B;
+  auto x = [&](double t) { return L + pw * t / tmax; };
+  auto y = [&](double a) { return T + ph * (1 - std::clamp(a, 0.0, 1.0)); };
+  const double lanes_top = H + 10;
+  const double total_h = lanes_top + lane_h * double(labels.size()) + 10;
+
+  std::ostringstream o;
+  o << "<svg class=\"chart accuracy\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << total_h
+    << "\" viewBox=\"0 0 " << W << " " << total_h << "\" role=\"img\" aria-label=\"accuracy vs time\">\n";
+  // Fault shading (all strategies, translucent) behind the curves.
+  for (const auto& f : in.faults) {
+    if (f.end_s > f.start_s) {
+      o << "<rect class=\"fault\" data-kind=\"" << htmlEscape(f.kind) << "\" data-strategy=\"" << htmlEscape(f.strategy)
+        << "\" x=\"" << num(x(f.start_s)) << "\" y=\"" << T << "\" width=\"" << num(std::max(1.0, x(f.end_s) - x(f.start_s)))
+        << "\" height=\"" << ph << "\" fill=\"" << bandColor(f.kind) << "\" fill-opacity=\"0.15\"><title>"
+        << htmlEscape(f.strategy + ": " + f.kind + " " + f.node + " " + num(f.start_s) + "-" + num(f.end_s) + " s")
+        << "</title></rect>\n";
+    } else if (f.kind == "kill" || f.kind == "preempt") {
+      o << "<line class=\"mark\" data-kind=\"" << htmlEscape(f.kind) << "\" data-strategy=\"" << htmlEscape(f.strategy)
+        << "\" x1=\"" << num(x(f.start_s)) << "\" x2=\"" << num(x(f.start_s)) << "\" y1=\"" << T << "\" y2=\"" << T + ph
+        << "\" stroke=\"" << bandColor(f.kind) << "\" stroke-width=\"1.5\" stroke-dasharray=\"2 3\"><title>"
+        << htmlEscape(f.strategy + ": " + f.kind + " " + f.node + " at " + num(f.start_s) + " s") << "</title></line>\n";
+    }
+  }
+  // Axes and grid.
+  const double step = tickStep(tmax, 10);
+  for (double t = 0; t <= tmax + 1e-9; t += step)
+    o << "<line class=\"grid\" x1=\"" << num(x(t)) << "\" x2=\"" << num(x(t)) << "\" y1=\"" << T << "\" y2=\"" << T + ph
+      << "\"/><text x=\"" << num(x(t)) << "\" y=\"" << T + ph + 16 << "\" text-anchor=\"middle\">" << fmt("%g", t)
+      << "</text>\n";
+  for (int i = 0; i <= 10; i += 2) {
+    double a = i / 10.0;
+    o << "<line class=\"grid\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << num(y(a)) << "\" y2=\"" << num(y(a))
+      << "\"/><text x=\"" << L - 6 << "\" y=\"" << num(y(a) + 4) << "\" text-anchor=\"end\">" << fmt("%.1f", a)
+      << "</text>\n";
+  }
+  o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"#444\"/>\n";
+  o << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 4 << "\" text-anchor=\"middle\">time since start of training (s)</text>\n";
+  o << "<text transform=\"translate(" << L - 40 << "," << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">test accuracy</text>\n";
+  if (in.summary.contains("target_accuracy") && in.summary["target_accuracy"].is_number()) {
+    double target = in.summary["target_accuracy"].get<double>();
+    o << "<line class=\"target\" x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << num(y(target)) << "\" y2=\""
+      << num(y(target)) << "\" stroke=\"#000\" stroke-dasharray=\"6 4\"/><text x=\"" << L + pw - 4 << "\" y=\""
+      << num(y(target) - 4) << "\" text-anchor=\"end\">target " << fmt("%g", target) << "</text>\n";
+  }
+  // One polyline per strategy.
+  for (size_t i = 0; i < labels.size(); ++i) {
+    std::ostringstream pts;
+    for (const auto& p : in.series)
+      if (p.strategy == labels[i]) pts << num(x(p.time_s)) << "," << num(y(p.accuracy)) << " ";
+    o << "<polyline class=\"series\" data-strategy=\"" << htmlEscape(labels[i]) << "\" fill=\"none\" stroke=\""
+      << colorOf(i) << "\" stroke-width=\"2\" points=\"" << pts.str() << "\"/>\n";
+  }
+  // Node exits as dots on the time axis.
+  for (const auto& f : in.faults)
+    if (f.kind == "node.exited") {
+      size_t idx = std::find(labels.begin(), labels.end(), f.strategy) - labels.begin();
+      o << "<circle class=\"exit\" data-strategy=\"" << htmlEscape(f.strategy) << "\" cx=\"" << num(x(f.start_s))
+        << "\" cy=\"" << T + ph - 4 << "\" r=\"3.5\" fill=\"" << colorOf(idx) << "\"><title>"
+        << htmlEscape(f.strategy + ": " + f.node + " exited at " + num(f.start_s) + " s") << "</title></circle>\n";
+    }
+  // Fault lanes: one per strategy, exactly what happened to it.
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const double ly = lanes_top + lane_h * double(i);
+    o << "<text x=\"" << L - 6 << "\" y=\"" << num(ly + 10) << "\" text-anchor=\"end\" fill=\"" << colorOf(i)
+      << "\" class=\"lane-label\">" << htmlEscape(labels[i]) << "</text><line class=\"grid\" x1=\"" << L << "\" x2=\""
+      << L + pw << "\" y1=\"" << num(ly + 6) << "\" y2=\"" << num(ly + 6) << "\"/>\n";
+    for (const auto& f : in.faults) {
+      if (f.strategy != labels[i] || f.kind == "node.exited") continue;
+      if (f.end_s > f.start_s)
+        o << "<rect class=\"lane\" x=\"" << num(x(f.start_s)) << "\" y=\"" << num(ly + 1) << "\" width=\""
+          << num(std::max(1.0, x(f.end_s) - x(f.start_s))) << "\" height=\"10\" fill=\"" << bandColor(f.kind)
+          << "\"><title>" << htmlEscape(f.kind + " " + f.node) << "</title></rect>\n";
+      else
+        o << "<path class=\"lane\" d=\"M" << num(x(f.start_s)) << " " << num(ly + 1) << " l4 10 h-8 z\" fill=\""
+          << bandColor(f.kind) << "\"><title>" << htmlEscape(f.kind + " " + f.node) << "</title></path>\n";
+    }
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string idleChart(const ReportInput& in, const std::vector<std::string>& labels) {
+  const double W = 960, bar_h = 26, gap = 12, L = 170, R = 70, T = 10;
+  const double H = T + (bar_h + gap) * double(labels.size()) + 50;
+  std::vector<std::array<double, 5>> parts;
+  double vmax = 1e-9;
+  for (const auto& label : labels) {
+    const auto& s = in.summary["strategies"][label];
+    nlohmann::json idle = s.contains("idle_seconds") ? s["idle_seconds"] : nlohmann::json::object();
+    std::array<double, 5> p = {jnum(s, "compute_seconds"), jnum(s, "transfer_seconds"), jnum(idle, "peer"),
+                               jnum(idle, "server"), jnum(idle, "recovery")};
+    double sum = 0;
+    for (double v : p) sum += v;
+    vmax = std::max(vmax, sum);
+    parts.push_back(p);
+  }
+  const double pw = W - L - R;
+  std::ostringstream o;
+  o << "<svg class=\"chart idle\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\" aria-label=\"time by category\">\n";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const double by = T + (bar_h + gap) * double(i);
+    o << "<text x=\"" << L - 8 << "\" y=\"" << num(by + bar_h / 2 + 4) << "\" text-anchor=\"end\">"
+      << htmlEscape(labels[i]) << "</text>\n";
+    double acc = 0;
+    for (size_t k = 0; k < 5; ++k) {
+      const double v = parts[i][k];
+      o << "<rect class=\"bar\" data-strategy=\"" << htmlEscape(labels[i]) << "\" data-part=\"" << kPartColors[k][0]
+        << "\" x=\"" << num(L + pw * acc / vmax) << "\" y=\"" << num(by) << "\" width=\"" << fmt("%.2f", pw * v / vmax)
+        << "\" height=\"" << bar_h << "\" fill=\"" << kPartColors[k][1] << "\"><title>" << kPartColors[k][0] << ": "
+        << fmt("%.2f", v) << " s</title></rect>\n";
+      acc += v;
+    }
+    o << "<text x=\"" << num(L + pw * acc / vmax + 4) << "\" y=\"" << num(by + bar_h / 2 + 4) << "\">"
+      << fmt("%.1f", acc) << " s</text>\n";
+  }
+  const double ly = H - 30;
+  double lx = L;
+  for (const auto& [name, color] : kPartColors) {
+    o << "<rect x=\"" << lx << "\" y=\"" << ly << "\" width=\"12\" height=\"12\" fill=\"" << color << "\"/><text x=\""
+      << lx + 16 << "\" y=\"" << ly + 10 << "\">" << name << "</text>\n";
+    lx += 130;
+  }
+  o << "<text x=\"" << L << "\" y=\"" << H - 4 << "\">node-seconds summed over workers (compute, transfer, idle by reason)</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string summaryTable(const ReportInput& in, const std::vector<std::string>& labels) {
+  std::ostringstream o;
+  o << "<table class=\"summary\"><thead><tr><th>strategy</th><th>kind</th><th>TTA (s)</th><th>final accuracy</th>"
+       "<th>goodput (samples/s)</th><th>idle fraction</th><th>faults</th><th>failures</th><th>recoveries</th>"
+       "<th>mean recovery (s)</th><th>samples lost</th><th>stop</th></tr></thead><tbody>\n";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const auto& s = in.summary["strategies"][labels[i]];
+    std::string tta = s.contains("tta_seconds") && s["tta_seconds"].is_number() ? fmt("%.1f", s["tta_seconds"].get<double>())
+                                                                                 : "not reached";
+    double mean_rec = 0;
+    size_t n_rec = 0;
+    if (s.contains("recovery_seconds") && s["recovery_seconds"].is_array())
+      for (const auto& v : s["recovery_seconds"])
+        if (v.is_number()) mean_rec += v.get<double>(), ++n_rec;
+    o << "<tr><td><span class=\"swatch\" style=\"background:" << colorOf(i) << "\"></span>" << htmlEscape(labels[i])
+      << "</td><td>" << htmlEscape(s.value("kind", "")) << "</td><td>" << tta << "</td><td>"
+      << fmt("%.4f", jnum(s, "final_accuracy")) << "</td><td>" << fmt("%.0f", jnum(s, "goodput_samples_per_s"))
+      << "</td><td>" << fmt("%.1f%%", 100 * jnum(s, "idle_fraction")) << "</td><td>" << fmt("%.0f", jnum(s, "faults_applied"))
+      << "</td><td>" << fmt("%.0f", jnum(s, "failures")) << "</td><td>" << fmt("%.0f", jnum(s, "recoveries"))
+      << "</td><td>" << (n_rec ? fmt("%.2f", mean_rec / double(n_rec)) : "-") << "</td><td>"
+      << fmt("%.0f", jnum(s, "samples_lost")) << "</td><td>" << htmlEscape(s.value("stop_reason", "")) << "</td></tr>\n";
+  }
+  o << "</tbody></table>\n";
+  return o.str();
+}
+
+constexpr const char* kCss = R"(body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1000px}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.meta{color:#666;font-size:13px}svg text{font-size:12px;fill:#333}svg .grid{stroke:#e5e5e5}
+table.summary{border-collapse:collapse;font-size:13px}table.summary th,table.summary td{border:1px solid #ddd;padding:4px 8px;text-align:right}
+table.summary th{background:#f5f5f5}table.summary td:first-child,table.summary td:nth-child(2){text-align:left;white-space:nowrap}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
+.legend span{margin-right:14px;font-size:13px}pre.spec{background:#f7f7f7;border:1px solid #e3e3e3;padding:10px;font-size:12px;overflow:auto})";
+
+}  // namespace
+
+std::string htmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+Result<std::vector<SeriesPoint>> parseTimeseries(const std::string& text, const std::string& file) {
+  std::vector<SeriesPoint> out;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1 || line.empty()) continue;  // header
+    std::vector<std::string> cols;
+    std::stringstream ls(line);
+    std::string col;
+    while (std::getline(ls, col, ',')) cols.push_back(col);
+    if (cols.size() < 3)
+      return Status::invalidArgument(file + ":" + std::to_string(lineno) + ": expected time_s,strategy,accuracy,..., got '" +
+                                     line + "'");
+    SeriesPoint p;
+    char* end = nullptr;
+    p.time_s = std::strtod(cols[0].c_str(), &end);
+    if (end == cols[0].c_str())
+      return Status::invalidArgument(file + ":" + std::to_string(lineno) + ": time_s is not a number: '" + cols[0] + "'");
+    p.strategy = cols[1];
+    p.accuracy = std::strtod(cols[2].c_str(), &end);
+    if (end == cols[2].c_str())
+      return Status::invalidArgument(file + ":" + std::to_string(lineno) + ": accuracy is not a number: '" + cols[2] + "'");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<FaultBand> faultBandsFromEvents(const std::string& text) {
+  std::vector<FaultBand> bands;
+  std::string strategy;
+  int64_t start_ns = 0;
+  double last_t = 0;
+  std::map<std::string, size_t> open;  // fault_id/node -> index into bands
+  auto closeOpen = [&](double t) {
+    for (auto& [key, idx] : open) bands[idx].end_s = std::max(bands[idx].start_s, t);
+    open.clear();
+  };
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!e.is_object() || !e.contains("type") || !e["type"].is_string()) continue;
+    const std::string type = e["type"];
+    const double t = e.contains("wall_ns") && e["wall_ns"].is_number() && start_ns > 0
+                         ? double(e["wall_ns"].get<int64_t>() - start_ns) * 1e-9
+                         : jnum(e, "t");
+    if (type == "run.start") {
+      closeOpen(last_t);
+      strategy = e.value("strategy", "");
+      start_ns = e.contains("start_ns") && e["start_ns"].is_number() ? e["start_ns"].get<int64_t>() : 0;
+      last_t = 0;
+      continue;
+    }
+    if (type == "run.stop") {
+      last_t = jnum(e, "t");
+      closeOpen(last_t);
+      continue;
+    }
+    if (type == "node.exited") {
+      bands.push_back({e.value("strategy", strategy), "node.exited", e.value("node", ""), jnum(e, "t"), jnum(e, "t")});
+      continue;
+    }
+    if (!type.starts_with("chaos.") || strategy.empty()) continue;
+    last_t = std::max(last_t, t);
+    const std::string kind = e.value("kind", "");
+    const std::string node = e.value("node", "");
+    const std::string key = std::to_string(e.value("fault_id", -1)) + "/" + node;
+    if (type == "chaos.applied") {
+      if (kind == "kill" || kind == "preempt") {
+        bands.push_back({strategy, kind, node, t, t});
+      } else {
+        open[key] = bands.size();
+        bands.push_back({strategy, kind, node, t, t});
+      }
+    } else if (type == "chaos.reverted") {
+      auto it = open.find(key);
+      if (it != open.end()) {
+        bands[it->second].end_s = std::max(bands[it->second].start_s, t);
+        open.erase(it);
+      }
+    }
+  }
+  closeOpen(last_t);
+  return bands;
+}
+
+Result<ReportInput> loadReportInput(const std::string& dir) {
+  ReportInput in;
+  CHAOSBED_ASSIGN_OR_RETURN(std::string summary, readFile(dir + "/summary.json", true));
+  in.summary = nlohmann::json::parse(summary, nullptr, false);
+  if (!in.summary.is_object() || !in.summary.contains("strategies") || !in.summary["strategies"].is_object())
+    return Status::invalidArgument(dir + "/summary.json: not a chaosbed summary (expected an object with 'strategies')");
+  CHAOSBED_ASSIGN_OR_RETURN(std::string series, readFile(dir + "/timeseries.csv", false));
+  CHAOSBED_ASSIGN_OR_RETURN(in.series, parseTimeseries(series, dir + "/timeseries.csv"));
+  CHAOSBED_ASSIGN_OR_RETURN(std::string events, readFile(dir + "/events.jsonl", false));
+  in.faults = faultBandsFromEvents(events);
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"run.start\"") == std::string::npos) continue;
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("type", "") == "run.start" && e.contains("strategy") && e["strategy"].is_string())
+      in.run_order.push_back(e["strategy"].get<std::string>());
+  }
+  CHAOSBED_ASSIGN_OR_RETURN(in.spec_yaml, readFile(dir + "/spec.yaml", false));
+  return in;
+}
+
+std::string renderReport(const ReportInput& in) {
+  std::vector<std::string> labels;
+  if (in.summary.contains("strategies"))
+    for (const auto& [label, s] : in.summary["strategies"].items()) labels.push_back(label);
+  // summary.json keys are sorted; show strategies in run order (events.jsonl), then time-series order.
+  std::vector<std::string> ordered;
+  for (const auto& l : in.run_order)
+    if (std::find(ordered.begin(), ordered.end(), l) == ordered.end() &&
+        std::find(labels.begin(), labels.end(), l) != labels.end())
+      ordered.push_back(l);
+  for (const auto& p : in.series)
+    if (std::find(ordered.begin(), ordered.end(), p.strategy) == ordered.end() &&
+        std::find(labels.begin(), labels.end(), p.strategy) != labels.end())
+      ordered.push_back(p.strategy);
+  for (const auto& l : labels)
+    if (std::find(ordered.begin(), ordered.end(), l) == ordered.end()) ordered.push_back(l);
+
+  const std::string name = in.summary.value("experiment", "experiment");
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>chaosbed: " << htmlEscape(name)
+    << "</title>\n<style>" << kCss << "</style></head><body>\n";
+  o << "<h1>chaosbed report: " << htmlEscape(name) << "</h1>\n<p class=\"meta\">seed "
+    << htmlEscape(in.summary.contains("seed") ? in.summary["seed"].dump() : "?") << " · target accuracy "
+    << htmlEscape(in.summary.contains("target_accuracy") ? in.summary["target_accuracy"].dump() : "?") << " · "
+    << (in.summary.value("complete", false) ? "complete" : "incomplete (interrupted or failed)") << " · "
+    << in.faults.size() << " fault/exit event(s)</p>\n";
+  o << "<h2>Accuracy vs time</h2>\n<p class=\"legend\">";
+  for (size_t i = 0; i < ordered.size(); ++i)
+    o << "<span><span class=\"swatch\" style=\"background:" << colorOf(i) << "\"></span>" << htmlEscape(ordered[i])
+      << "</span>";
+  o << "<span><span class=\"swatch\" style=\"background:#9e9e9e\"></span>pause</span>"
+       "<span><span class=\"swatch\" style=\"background:#ffb74d\"></span>slow</span>"
+       "<span><span class=\"swatch\" style=\"background:#64b5f6\"></span>link</span>"
+       "<span><span class=\"swatch\" style=\"background:#e53935\"></span>kill / preempt</span>"
+       "<span>● node exit</span></p>\n";
+  o << accuracyChart(in, ordered);
+  o << "<h2>Where the time went</h2>\n" << idleChart(in, ordered);
+  o << "<h2>Summary</h2>\n" << summaryTable(in, ordered);
+  o << "<h2>Resolved spec</h2>\n<pre class=\"spec\">" << htmlEscape(in.spec_yaml) << "</pre>\n</body></html>\n";
+  return o.str();
+}
+
+Status writeReport(const std::string& dir) {
+  CHAOSBED_ASSIGN_OR_RETURN(ReportInput in, loadReportInput(dir));
+  return run::writeTextAtomically(dir + "/report.html", renderReport(in));
+}
+
+}  // namespace chaosbed::report

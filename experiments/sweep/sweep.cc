@@ -1,0 +1,385 @@
+#include "experiments/sweep/sweep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "experiments/report/report.h"
+#include "experiments/run/results.h"
+
+namespace chaosbed::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += ok ? c : '_';
+  }
+  return out;
+}
+
+std::string groupName(const std::vector<std::pair<std::string, std::string>>& overrides, bool baseline) {
+  std::string g = baseline ? "baseline" : "";
+  for (const auto& [path, value] : overrides) g += (g.empty() ? "" : " ") + path + "=" + value;
+  return g.empty() ? "default" : g;
+}
+
+std::optional<double> asNumber(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+nlohmann::json readSummary(const std::string& dir) {
+  std::ifstream in(dir + "/summary.json");
+  if (!in) return nullptr;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str(), nullptr, false);
+}
+
+std::optional<double> ttaOf(const nlohmann::json& s) {
+  if (s.contains("tta_seconds") && s["tta_seconds"].is_number()) return s["tta_seconds"].get<double>();
+  return std::nullopt;
+}
+
+struct Series {
+  std::string name;  // the other axes' values
+  std::vector<std::pair<size_t, double>> points;  // (x index, ratio)
+  std::vector<bool> censored;
+};
+
+std::string crossoverSvg(const std::string& xname, const std::vector<std::string>& xvalues,
+                         const std::vector<Series>& series, const std::string& ps, const std::string& mirrored,
+                         std::vector<std::string>* crossings) {
+  // x: numeric (log when it spans 100x and is positive) or categorical.
+  std::vector<std::optional<double>> xs;
+  bool numeric = true;
+  for (const auto& v : xvalues) {
+    xs.push_back(asNumber(v));
+    numeric = numeric && xs.back().has_value();
+  }
+  bool logx = false;
+  double xmin = 0, xmax = double(std::max<size_t>(1, xvalues.size() - 1));
+  if (numeric && !xs.empty()) {
+    xmin = **std::min_element(xs.begin(), xs.end());
+    xmax = **std::max_element(xs.begin(), xs.end());
+    logx = xmin > 0 && xmax / xmin >= 100;
+    if (xmax == xmin) xmax = xmin + 1;
+  }
+  auto xcoord = [&](size_t i) -> double {
+    if (!numeric) return double(i);
+    return logx ? std::log10(*xs[i]) : *xs[i];
+  };
+  const double cx0 = numeric ? (logx ? std::log10(xmin) : xmin) : 0;
+  const double cx1 = numeric ? (logx ? std::log10(xmax) : xmax) : xmax;
+  double ymax = 2;
+  for (const auto& s : series)
+    for (const auto& [i, r] : s.points) ymax = std::max(ymax, r * 1.1);
+  const double W = 760, H = 420, L = 70, R = 30, T = 40, B = 60, pw = W - L - R, ph = H - T - B;
+  auto X = [&](double c) { return L + pw * (cx1 == cx0 ? 0.5 : (c - cx0) / (cx1 - cx0)); };
+  auto Y = [&](double r) { return T + ph * (1 - r / ymax); };
+  char buf[256];
+  std::ostringstream o;
+  o << "<svg class=\"crossover\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">TTA(" << report::htmlEscape(ps)
+    << ") / TTA(" << report::htmlEscape(mirrored) << "): below 1, the parameter server reaches the target first</text>\n";
+  o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\" fill=\"none\" stroke=\"#444\"/>\n";
+  for (size_t i = 0; i < xvalues.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", X(xcoord(i)), T + ph + 16);
+    o << buf << report::htmlEscape(xvalues[i]) << "</text>\n";
+  }
+  for (double r = 0; r <= ymax + 1e-9; r += ymax > 6 ? 1 : 0.5) {
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(r) + 4, r);
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "<line class=\"parity\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-dasharray=\"6 4\"/>\n",
+                L, L + pw, Y(1), Y(1));
+  o << buf;
+  o << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 24 << "\" text-anchor=\"middle\">" << report::htmlEscape(xname)
+    << (logx ? " (log scale)" : "") << "</text>\n";
+  o << "<text transform=\"translate(16," << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">TTA ratio</text>\n";
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const char* color = colors[k % std::size(colors)];
+    std::ostringstream pts;
+    for (const auto& [i, r] : s.points) {
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(xcoord(i)), Y(r));
+      pts << buf;
+    }
+    o << "<polyline class=\"ratio\" data-series=\"" << report::htmlEscape(s.name) << "\" fill=\"none\" stroke=\"" << color
+      << "\" stroke-width=\"2\" points=\"" << pts.str() << "\"/>\n";
+    for (size_t p = 0; p < s.points.size(); ++p) {
+      std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" stroke=\"%s\" fill=\"%s\"/>\n",
+                    X(xcoord(s.points[p].first)), Y(s.points[p].second), color, s.censored[p] ? "#fff" : color);
+      o << buf;
+    }
+    for (size_t p = 1; p < s.points.size(); ++p) {
+      const double r0 = s.points[p - 1].second, r1 = s.points[p].second;
+      if ((r0 - 1) * (r1 - 1) >= 0 && !(r1 == 1 && r0 != 1)) continue;
+      const double c0 = xcoord(s.points[p - 1].first), c1 = xcoord(s.points[p].first);
+      const double c = c0 + (c1 - c0) * (1 - r0) / (r1 - r0);
+      std::snprintf(buf, sizeof buf,
+                    "<g class=\"crossing\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-dasharray=\"3 3\"/><circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"2\"/></g>\n",
+                    X(c), X(c), T, T + ph, color, X(c), Y(1), color);
+      o << buf;
+      const double xv = numeric ? (logx ? std::pow(10, c) : c) : c;
+      std::snprintf(buf, sizeof buf, "%s: ratio crosses 1 (%s) between %s=%s and %s (at about %g%s)",
+                    s.name.c_str(), r1 < 1 ? "parameter server overtakes" : "mirrored overtakes", xname.c_str(),
+                    xvalues[s.points[p - 1].first].c_str(), xvalues[s.points[p].first].c_str(), xv,
+                    numeric ? "" : ", interpolated index");
+      crossings->push_back(buf);
+    }
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", L + 8, T + 14 + 14 * double(k),
+                  color, report::htmlEscape(s.name).c_str());
+    o << buf;
+  }
+  o << "<text x=\"" << L << "\" y=\"" << H - 6
+    << "\" fill=\"#666\">hollow marker: some runs did not reach the target (censored TTA, mean over the runs that did)</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace
+
+std::vector<std::string> PlannedPoint::assignments() const {
+  // A point is a single experiment: without the sweep section (whose grid would otherwise be validated
+  // against the point's document, e.g. chaos paths against a baseline that has no chaos).
+  std::vector<std::string> out = {"sweep=null"};
+  for (const auto& [path, value] : overrides) out.push_back(path + "=" + value);
+  out.push_back("seed=" + std::to_string(seed));
+  if (baseline) out.push_back("chaos=null");
+  return out;
+}
+
+std::string pointId(const std::vector<std::pair<std::string, std::string>>& overrides, int64_t seed, bool baseline) {
+  std::string key = baseline ? "baseline" : "point";
+  std::string readable = baseline ? "baseline" : "";
+  for (const auto& [path, value] : overrides) {
+    key += "\n" + path + "=" + value;
+    const std::string leaf = path.substr(path.find_last_of('.') == std::string::npos ? 0 : path.find_last_of('.') + 1);
+    readable += (readable.empty() ? "" : "_") + slug(leaf) + "-" + slug(value);
+  }
+  key += "\nseed=" + std::to_string(seed);
+  if (readable.size() > 80) readable.resize(80);
+  char hash[16];
+  std::snprintf(hash, sizeof hash, "%08llx", static_cast<unsigned long long>(fnv1a(key) & 0xffffffffull));
+  return (readable.empty() ? std::string("point") : readable) + "_seed-" + std::to_string(seed) + "_" + hash;
+}
+
+std::vector<PlannedPoint> planSweep(const spec::ExperimentSpec& spec) {
+  spec::SweepSpec sweep = spec.sweep.value_or(spec::SweepSpec{});
+  if (sweep.seeds.empty()) sweep.seeds.push_back(spec.seed);
+  std::vector<PlannedPoint> baselines, points;
+  const bool has_chaos = !spec.chaos.parsed.faults.empty();
+  for (const spec::SweepPoint& p : spec::sweepPoints(sweep)) {
+    points.push_back({pointId(p.overrides, p.seed, false), groupName(p.overrides, false), p.overrides, p.seed, false});
+    if (!has_chaos) continue;  // the points themselves are the baseline
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const auto& o : p.overrides)
+      if (o.first != "chaos" && !o.first.starts_with("chaos.") && !o.first.starts_with("chaos[")) kept.push_back(o);
+    PlannedPoint b{pointId(kept, p.seed, true), groupName(kept, true), kept, p.seed, true};
+    if (std::none_of(baselines.begin(), baselines.end(), [&](const PlannedPoint& x) { return x.id == b.id; }))
+      baselines.push_back(std::move(b));
+  }
+  baselines.insert(baselines.end(), points.begin(), points.end());
+  return baselines;
+}
+
+double tQuantile95(int df) {
+  static constexpr double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                      2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                      2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  if (df < 1) df = 1;
+  if (df <= 30) return kTable[df - 1];
+  // Cornish-Fisher expansion around the normal quantile; within 0.001 of the exact value for df > 30.
+  const double z = 1.959964, d = df;
+  return z + (z * z * z + z) / (4 * d) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * d * d);
+}
+
+TtaStats ttaStats(const std::vector<std::optional<double>>& ttas) {
+  TtaStats s;
+  std::vector<double> v;
+  for (const auto& t : ttas) {
+    ++s.runs;
+    if (t) v.push_back(*t);
+  }
+  s.reached = int(v.size());
+  if (v.empty()) return s;
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / double(v.size());
+  s.ci_low = s.ci_high = s.mean;
+  if (v.size() >= 2) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    const double half = tQuantile95(int(v.size()) - 1) * std::sqrt(ss / double(v.size() - 1)) / std::sqrt(double(v.size()));
+    s.ci_low = s.mean - half;
+    s.ci_high = s.mean + half;
+  }
+  return s;
+}
+
+bool pointComplete(const std::string& dir) {
+  nlohmann::json j = readSummary(dir);
+  return j.is_object() && j.contains("complete") && j["complete"].is_boolean() && j["complete"].get<bool>();
+}
+
+Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner) {
+  CHAOSBED_ASSIGN_OR_RETURN(spec::ExperimentSpec base, spec::loadExperimentSpec(options.spec_path));
+  const std::vector<PlannedPoint> plan = planSweep(base);
+  // Validate every point before running any, so a bad grid value fails fast.
+  std::vector<spec::ExperimentSpec> specs;
+  for (const PlannedPoint& p : plan) {
+    auto s = spec::loadExperimentSpec(options.spec_path, p.assignments());
+    if (!s.isOk()) return s.status().withContext("sweep point " + p.id);
+    specs.push_back(std::move(*s));
+  }
+  std::error_code ec;
+  fs::create_directories(options.out_dir + "/points", ec);
+  if (ec) return Status::ioError("cannot create " + options.out_dir + "/points: " + ec.message());
+
+  SweepOutcome out;
+  out.points = int(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::string dir = options.out_dir + "/points/" + plan[i].id;
+    if (pointComplete(dir)) {
+      ++out.resumed;
+      if (options.progress) std::fprintf(options.progress, "sweep [%zu/%zu] %s: complete, not rerun\n", i + 1, plan.size(), plan[i].id.c_str());
+      continue;
+    }
+    if (options.progress) {
+      std::fprintf(options.progress, "sweep [%zu/%zu] %s (%s, seed %lld)\n", i + 1, plan.size(), plan[i].id.c_str(),
+                   plan[i].group.c_str(), static_cast<long long>(plan[i].seed));
+      std::fflush(options.progress);
+    }
+    // An incomplete point starts over: its events.jsonl is appended to, and half a run is no measurement.
+    fs::remove_all(dir, ec);
+    auto r = runner(specs[i], dir);
+    ++out.ran;
+    if (!r.isOk() || !*r) {
+      ++out.failed;
+      if (options.progress)
+        std::fprintf(options.progress, "sweep: point %s %s\n", plan[i].id.c_str(),
+                     r.isOk() ? "incomplete" : ("failed: " + r.status().toString()).c_str());
+      if (!r.isOk() && r.status().code() == StatusCode::kCancelled) break;
+    }
+  }
+
+  // Collect: labels in spec order.
+  std::vector<std::string> labels;
+  std::string ps_label, m_label;
+  for (const auto& s : base.strategies) {
+    labels.push_back(s.label);
+    if (s.kind == spec::StrategyKind::kParameterServer && ps_label.empty()) ps_label = s.label;
+    if (s.kind == spec::StrategyKind::kMirrored && m_label.empty()) m_label = s.label;
+  }
+  std::vector<std::string> axes;
+  for (const auto& a : base.sweep.value_or(spec::SweepSpec{}).grid) axes.push_back(a.path);
+
+  std::ostringstream csv;
+  csv << "row,group,point,baseline,seed";
+  for (const auto& a : axes) csv << "," << csvField(a);
+  csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
+         "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high\n";
+  std::vector<std::string> groups;
+  std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
+  std::map<std::string, const PlannedPoint*> group_point;
+  for (const PlannedPoint& p : plan) {
+    if (!by_group.count(p.group)) groups.push_back(p.group), group_point[p.group] = &p;
+    auto& g = by_group[p.group];
+    const nlohmann::json summary = readSummary(options.out_dir + "/points/" + p.id);
+    const bool complete = summary.is_object() && summary.value("complete", false);
+    for (const auto& label : labels) {
+      const nlohmann::json s = summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label)
+                                   ? summary["strategies"][label]
+                                   : nlohmann::json();
+      if (!s.is_object()) continue;  // not run (failed or interrupted before this strategy)
+      const auto tta = ttaOf(s);
+      g[label].push_back(tta);
+      csv << "point," << csvField(p.group) << "," << p.id << "," << (p.baseline ? 1 : 0) << "," << p.seed;
+      for (const auto& a : axes) {
+        auto it = std::find_if(p.overrides.begin(), p.overrides.end(), [&](const auto& o) { return o.first == a; });
+        csv << "," << (it == p.overrides.end() ? "" : csvField(it->second));
+      }
+      csv << "," << csvField(label) << "," << (complete ? 1 : 0) << "," << (tta ? fmt(*tta) : "") << ","
+          << (tta ? 1 : 0) << "," << fmt(s.value("final_accuracy", 0.0)) << "," << fmt(s.value("idle_fraction", 0.0))
+          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,\n";
+    }
+  }
+  std::map<std::string, std::map<std::string, TtaStats>> stats;
+  for (const auto& group : groups) {
+    const PlannedPoint& p = *group_point[group];
+    for (const auto& label : labels) {
+      const TtaStats st = ttaStats(by_group[group][label]);
+      stats[group][label] = st;
+      csv << "summary," << csvField(group) << ",," << (p.baseline ? 1 : 0) << ",";
+      for (const auto& a : axes) {
+        auto it = std::find_if(p.overrides.begin(), p.overrides.end(), [&](const auto& o) { return o.first == a; });
+        csv << "," << (it == p.overrides.end() ? "" : csvField(it->second));
+      }
+      csv << "," << csvField(label) << ",,,,,,,," << st.runs << "," << st.reached << "," << fmt(st.censoredFraction())
+          << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.ci_low) : "") << ","
+          << (st.reached ? fmt(st.ci_high) : "") << "\n";
+    }
+  }
+  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/sweep.csv", csv.str()));
+
+  if (!axes.empty() && !ps_label.empty() && !m_label.empty()) {
+    const auto& first = base.sweep->grid.front();
+    std::vector<Series> series;
+    for (const auto& group : groups) {
+      const PlannedPoint& p = *group_point[group];
+      if (p.baseline) continue;
+      std::string rest;
+      for (size_t a = 1; a < p.overrides.size(); ++a) rest += (rest.empty() ? "" : " ") + p.overrides[a].first + "=" + p.overrides[a].second;
+      if (rest.empty()) rest = "all points";
+      auto it = std::find_if(series.begin(), series.end(), [&](const Series& s) { return s.name == rest; });
+      if (it == series.end()) series.push_back({rest, {}, {}}), it = series.end() - 1;
+      const size_t xi = std::find(first.values.begin(), first.values.end(), p.overrides[0].second) - first.values.begin();
+      const TtaStats& ps = stats[group][ps_label];
+      const TtaStats& m = stats[group][m_label];
+      if (ps.reached == 0 || m.reached == 0 || m.mean <= 0) continue;
+      it->points.emplace_back(xi, ps.mean / m.mean);
+      it->censored.push_back(ps.reached < ps.runs || m.reached < m.runs);
+    }
+    CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(
+        options.out_dir + "/crossover.svg", crossoverSvg(first.path, first.values, series, ps_label, m_label, &out.crossings)));
+  }
+  return out;
+}
+
+}  // namespace chaosbed::sweep

@@ -1,0 +1,88 @@
+#pragma once
+// `chaosbed sweep`: runs an experiment spec over its sweep grid (spec.h: SweepSpec, sweepPoints) times its
+// seeds, plus an automatic no-chaos baseline, and summarises time-to-accuracy with confidence intervals.
+//
+// Layout of the sweep directory:
+//   points/<id>/     one runExperiment results directory per point (run/results.h)
+//   sweep.csv        one "point" row per (point, strategy), then one "summary" row per (grid point or
+//                    baseline, strategy): runs, reached, censored_fraction, mean TTA and its 95% CI
+//   crossover.svg    TTA(parameter_server) / TTA(mirrored) against the first swept variable
+//
+// Point ids are stable (a function of the overrides and the seed only), so a rerun of the same spec finds
+// the points it already finished: a point whose points/<id>/summary.json says "complete": true is not run
+// again; any other point directory is cleared and run afresh. Baseline points remove the chaos section and keep the grid's non-chaos overrides (so a grid over
+// cluster.workers gets a baseline per worker count; a grid over chaos parameters gets one per seed).
+//
+// Unreached targets (censored TTA): a run that stops before the target has no TTA. Mean and CI are over
+// the runs that reached it; the censored fraction is reported beside them, and the crossover plot draws a
+// ratio that rests on censored runs as a hollow marker (the true ratio is then uncertain in direction).
+
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/spec/spec.h"
+#include "transports/status.h"
+
+namespace chaosbed::sweep {
+
+struct PlannedPoint {
+  std::string id;                                              // directory name under points/
+  std::string group;                                           // the grid point ("baseline ..." for baselines)
+  std::vector<std::pair<std::string, std::string>> overrides;  // grid overrides (path, YAML value)
+  int64_t seed = 0;
+  bool baseline = false;
+  // The overrides to apply to the spec file, as "path=value" (core/config/override.h): sweep=null, the grid
+  // values, the seed, and chaos=null for a baseline.
+  std::vector<std::string> assignments() const;
+};
+
+// Stable directory name: a readable slug of the overrides and seed plus a hash of them.
+std::string pointId(const std::vector<std::pair<std::string, std::string>>& overrides, int64_t seed, bool baseline);
+// Every point of the sweep, baselines included, in run order (baselines first). A spec without a sweep
+// section has one grid point (no overrides) with the spec's seed.
+std::vector<PlannedPoint> planSweep(const spec::ExperimentSpec& spec);
+
+// Runs one point into `dir`; returns whether the run was complete.
+using PointRunner = std::function<Result<bool>(const spec::ExperimentSpec& spec, const std::string& dir)>;
+
+// Two-sided 95% Student-t quantile for `df` degrees of freedom (df >= 1).
+double tQuantile95(int df);
+
+struct TtaStats {
+  int runs = 0;
+  int reached = 0;
+  double mean = 0;     // over runs that reached the target; meaningless when reached == 0
+  double ci_low = 0;   // mean -/+ t * sd / sqrt(n); equal to mean when reached == 1
+  double ci_high = 0;
+  double censoredFraction() const { return runs ? double(runs - reached) / runs : 0; }
+};
+TtaStats ttaStats(const std::vector<std::optional<double>>& ttas);
+
+struct SweepOptions {
+  std::string spec_path;
+  std::string out_dir;
+  FILE* progress = stdout;  // nullptr: silent
+};
+
+struct SweepOutcome {
+  int points = 0;
+  int ran = 0;       // points run now
+  int resumed = 0;   // points skipped because they were complete
+  int failed = 0;    // points whose run returned an error or was incomplete
+  std::vector<std::string> crossings;  // "parameter_server overtakes mirrored between x=a and x=b (...)"
+};
+
+// Plans, runs (or resumes) every point with `runner`, then writes sweep.csv and crossover.svg. Invalid
+// overrides are InvalidArgument (naming the point); a failed point does not stop the sweep.
+Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner);
+
+// True when dir/summary.json exists and says "complete": true.
+bool pointComplete(const std::string& dir);
+
+}  // namespace chaosbed::sweep

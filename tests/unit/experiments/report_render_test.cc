@@ -1,0 +1,128 @@
+// report.html from a results directory the test writes: one series per strategy, fault bands from
+// chaos.applied/chaos.reverted pairs, marks for kills, stacked idle bars, the escaped spec.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "experiments/report/report.h"
+
+namespace chaosbed::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+size_t count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json entry(const char* kind, double compute, double peer) {
+  return {{"kind", kind},           {"tta_seconds", 12.5},      {"final_accuracy", 0.86},
+          {"compute_seconds", compute}, {"transfer_seconds", 1.0}, {"idle_seconds", {{"peer", peer}, {"server", 0.5}, {"recovery", 2.0}}},
+          {"idle_fraction", 0.2},   {"goodput_samples_per_s", 900}, {"recoveries", 1},
+          {"recovery_seconds", {1.5}}, {"samples_lost", 64},      {"stop_reason", "target"}};
+}
+
+std::string writeResults() {
+  const std::string dir = ::testing::TempDir() + "/report-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json summary = {{"experiment", "demo"}, {"seed", 3}, {"target_accuracy", 0.85}, {"complete", true},
+                            {"strategies", {{"mirrored", entry("mirrored", 20, 3)},
+                                            {"parameter_server", entry("parameter_server", 25, 0)}}}};
+  std::ofstream(dir + "/summary.json") << summary.dump();
+  std::ofstream(dir + "/timeseries.csv") << "time_s,strategy,accuracy,loss,samples,alive_nodes\n"
+                                            "1.0,mirrored,0.5,1.2,100,4\n2.0,mirrored,0.7,0.9,200,4\n"
+                                            "3.0,mirrored,0.86,0.5,300,4\n1.0,parameter_server,0.6,1.0,120,5\n"
+                                            "2.5,parameter_server,0.87,0.4,260,5\n";
+  const int64_t s1 = 1'000'000'000'000, s2 = 2'000'000'000'000;
+  std::ostringstream ev;
+  ev << R"({"type":"run.start","strategy":"mirrored","start_ns":)" << s1 << "}\n"
+     << R"({"type":"chaos.applied","fault_id":0,"kind":"pause","node":"worker-0","wall_ns":)" << s1 + 1'000'000'000 << "}\n"
+     << R"({"type":"chaos.reverted","fault_id":0,"kind":"pause","node":"worker-0","wall_ns":)" << s1 + 2'000'000'000 << "}\n"
+     << R"({"type":"chaos.applied","fault_id":1,"kind":"kill","node":"worker-1","wall_ns":)" << s1 + 2'500'000'000 << "}\n"
+     << R"({"type":"node.exited","strategy":"mirrored","node":"worker-1","t":2.5})" << "\n"
+     << R"({"type":"run.stop","strategy":"mirrored","t":3.2})" << "\n"
+     << "not json\n"
+     << R"({"type":"run.start","strategy":"parameter_server","start_ns":)" << s2 << "}\n"
+     << R"({"type":"chaos.applied","fault_id":0,"kind":"pause","node":"worker-0","wall_ns":)" << s2 + 1'000'000'000 << "}\n"
+     << R"({"type":"run.stop","strategy":"parameter_server","t":2.6})" << "\n";
+  std::ofstream(dir + "/events.jsonl") << ev.str();
+  std::ofstream(dir + "/spec.yaml") << "metadata: {name: demo, description: \"<script>alert(1)</script> & co\"}\n";
+  return dir;
+}
+
+TEST(Report, FaultBandsPairAppliedAndRevertedPerStrategy) {
+  const std::string dir = writeResults();
+  auto bands = faultBandsFromEvents(readFile(dir + "/events.jsonl"));
+  ASSERT_EQ(bands.size(), 4u);
+  EXPECT_EQ(bands[0].strategy, "mirrored");
+  EXPECT_EQ(bands[0].kind, "pause");
+  EXPECT_DOUBLE_EQ(bands[0].start_s, 1.0);
+  EXPECT_DOUBLE_EQ(bands[0].end_s, 2.0);
+  EXPECT_EQ(bands[1].kind, "kill");
+  EXPECT_DOUBLE_EQ(bands[1].start_s, bands[1].end_s);
+  EXPECT_EQ(bands[2].kind, "node.exited");
+  // Never reverted: the band ends when its strategy stopped.
+  EXPECT_EQ(bands[3].strategy, "parameter_server");
+  EXPECT_DOUBLE_EQ(bands[3].start_s, 1.0);
+  EXPECT_DOUBLE_EQ(bands[3].end_s, 2.6);
+  fs::remove_all(dir);
+}
+
+TEST(Report, ContainsOneSeriesPerStrategyBandsBarsTableAndEscapedSpec) {
+  const std::string dir = writeResults();
+  ASSERT_TRUE(writeReport(dir).isOk());
+  const std::string html = readFile(dir + "/report.html");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\""), 2u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-strategy=\"mirrored\""), 1u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-strategy=\"parameter_server\""), 1u);
+  // mirrored has 3 points, parameter_server 2.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(html, m, std::regex("data-strategy=\"mirrored\"[^>]*points=\"([^\"]*)\"")));
+  EXPECT_EQ(count(m[1].str(), ","), 3u);
+  EXPECT_EQ(count(html, "<rect class=\"fault\" data-kind=\"pause\""), 2u);
+  EXPECT_EQ(count(html, "<line class=\"mark\" data-kind=\"kill\""), 1u);
+  EXPECT_EQ(count(html, "<circle class=\"exit\""), 1u);
+  EXPECT_EQ(count(html, "class=\"target\""), 1u);
+  for (const char* part : {"compute", "transfer", "idle_peer", "idle_server", "idle_recovery"})
+    EXPECT_EQ(count(html, std::string("data-part=\"") + part + "\""), 2u) << part;
+  EXPECT_NE(html.find("<table class=\"summary\">"), std::string::npos);
+  EXPECT_NE(html.find("12.5"), std::string::npos);
+  // The spec is shown escaped: no live markup from it.
+  EXPECT_EQ(html.find("<script>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt; &amp; co"), std::string::npos);
+  // Self-contained: nothing fetched.
+  EXPECT_EQ(count(html, "http://"), count(html, "http://www.w3.org/2000/svg"));
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Report, MissingSummaryIsAnErrorNamingTheFileAndBadCsvNamesTheLine) {
+  const std::string dir = ::testing::TempDir() + "/report-empty-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  Status s = writeReport(dir);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.toString().find(dir + "/summary.json"), std::string::npos) << s.toString();
+  auto bad = parseTimeseries("time_s,strategy,accuracy\n1,m,0.5\nx,m,0.6\n", "ts.csv");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().toString().find("ts.csv:3: time_s is not a number: 'x'"), std::string::npos)
+      << bad.status().toString();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace chaosbed::report

@@ -1,0 +1,183 @@
+// Sweeps with a fake point runner: the plan (grid x seeds + baselines, stable ids), resume (complete points
+// are not rerun), sweep.csv statistics with censored TTAs, and the crossover plot.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "chaosbed/config.h"
+#include "experiments/sweep/sweep.h"
+
+namespace chaosbed::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// tiny-synthetic with a sweep over the pause duration (a chaos parameter) and two seeds.
+std::string writeSweepSpec(const std::string& dir) {
+  std::string text = readFile(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
+  text += "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: [1, 2, 4]\n  seeds: [1, 2]\n";
+  const std::string path = dir + "/sweep.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A fake experiment: mirrored's TTA grows with the pause, parameter_server's does not, so the ratio crosses 1
+// between 1 s and 2 s. Seed 2 at 4 s leaves parameter_server short of the target (censored).
+class FakeRunner {
+ public:
+  Result<bool> operator()(const spec::ExperimentSpec& spec, const std::string& dir) {
+    ++calls;
+    seen.push_back(fs::path(dir).filename().string());
+    const YAML::Node& chaos = spec.chaos.yaml;
+    const double pause = chaos && chaos["faults"] ? chaos["faults"][0]["duration_s"].as<double>() : 0;
+    const bool censored = spec.seed == 2 && pause == 4;
+    const double jitter = spec.seed == 1 ? -1 : 1;
+    nlohmann::json strategies = {
+        {"mirrored", {{"kind", "mirrored"}, {"tta_seconds", 20 + 10 * pause + jitter}, {"final_accuracy", 0.9}}},
+        {"parameter_server",
+         {{"kind", "parameter_server"},
+          {"tta_seconds", censored ? nlohmann::json(nullptr) : nlohmann::json(35 + jitter)},
+          {"final_accuracy", 0.9}}}};
+    fs::create_directories(dir);
+    nlohmann::json summary = {{"experiment", spec.metadata.name}, {"seed", spec.seed}, {"complete", true},
+                              {"strategies", strategies}};
+    std::ofstream(dir + "/summary.json") << summary.dump(2);
+    return true;
+  }
+  int calls = 0;
+  std::vector<std::string> seen;
+};
+
+TEST(Sweep, PlanHasGridTimesSeedsPlusOneBaselinePerSeedWithStableIds) {
+  const std::string dir = ::testing::TempDir() + "/sweep-plan-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  auto spec = spec::loadExperimentSpec(writeSweepSpec(dir));
+  ASSERT_TRUE(spec.isOk()) << spec.status().toString();
+  auto plan = planSweep(*spec);
+  ASSERT_EQ(plan.size(), 2u + 3u * 2u);
+  EXPECT_TRUE(plan[0].baseline);
+  EXPECT_TRUE(plan[1].baseline);
+  EXPECT_TRUE(plan[0].overrides.empty());
+  EXPECT_FALSE(plan[2].baseline);
+  std::set<std::string> ids;
+  for (const auto& p : plan) ids.insert(p.id);
+  EXPECT_EQ(ids.size(), plan.size()) << "ids must be unique";
+  // Stable: planning again gives the same ids.
+  auto again = planSweep(*spec);
+  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(plan[i].id, again[i].id);
+  EXPECT_EQ(plan[2].id, pointId({{"chaos.faults[0].duration_s", "1"}}, 1, false));
+  EXPECT_NE(plan[2].id.find("duration_s-1_seed-1_"), std::string::npos) << plan[2].id;
+  const auto a = plan[0].assignments();
+  EXPECT_NE(std::find(a.begin(), a.end(), "chaos=null"), a.end());
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, ResumeSkipsCompletePointsAndRerunsIncompleteOnes) {
+  const std::string dir = ::testing::TempDir() + "/sweep-resume-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SweepOptions options;
+  options.spec_path = writeSweepSpec(dir);
+  options.out_dir = dir + "/out";
+  options.progress = nullptr;
+  FakeRunner first;
+  auto r1 = runSweep(options, std::ref(first));
+  ASSERT_TRUE(r1.isOk()) << r1.status().toString();
+  EXPECT_EQ(first.calls, 8);
+  EXPECT_EQ(r1->ran, 8);
+  EXPECT_EQ(r1->resumed, 0);
+
+  // Mark one point incomplete (an interrupted run) and delete another's summary: only those two rerun.
+  const std::string incomplete = dir + "/out/points/" + first.seen[3];
+  auto j = nlohmann::json::parse(readFile(incomplete + "/summary.json"));
+  j["complete"] = false;
+  std::ofstream(incomplete + "/summary.json") << j.dump();
+  fs::remove(dir + "/out/points/" + first.seen[5] + "/summary.json");
+  FakeRunner second;
+  auto r2 = runSweep(options, std::ref(second));
+  ASSERT_TRUE(r2.isOk()) << r2.status().toString();
+  EXPECT_EQ(second.calls, 2);
+  EXPECT_EQ(r2->resumed, 6);
+  EXPECT_EQ(second.seen, (std::vector<std::string>{first.seen[3], first.seen[5]}));
+
+  FakeRunner third;
+  auto r3 = runSweep(options, std::ref(third));
+  ASSERT_TRUE(r3.isOk());
+  EXPECT_EQ(third.calls, 0);
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, CsvHasMeanCiAndCensoredFractionAndThePlotMarksTheCrossing) {
+  const std::string dir = ::testing::TempDir() + "/sweep-csv-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SweepOptions options;
+  options.spec_path = writeSweepSpec(dir);
+  options.out_dir = dir + "/out";
+  options.progress = nullptr;
+  FakeRunner runner;
+  auto r = runSweep(options, std::ref(runner));
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+
+  const std::string csv = readFile(dir + "/out/sweep.csv");
+  std::istringstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("row,group,point,baseline,seed,chaos.faults[0].duration_s,strategy,", 0), 0u) << header;
+  int point_rows = 0;
+  std::map<std::string, std::string> summary_rows;  // "group/strategy" -> line
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("point,", 0) == 0) ++point_rows;
+    if (line.rfind("summary,", 0) == 0) {
+      std::vector<std::string> cols;
+      std::stringstream ls(line);
+      for (std::string c; std::getline(ls, c, ',');) cols.push_back(c);
+      summary_rows[cols[1] + "/" + cols[6]] = line;
+    }
+  }
+  EXPECT_EQ(point_rows, 8 * 2);
+  EXPECT_EQ(summary_rows.size(), 4u * 2u);  // baseline + 3 grid points, 2 strategies each
+  // mirrored at 2 s: TTAs 39 and 41: mean 40, CI 40 -/+ 12.706 * sqrt(2) / sqrt(2) = 40 -/+ 12.706.
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=2/mirrored"].find(",2,2,0.000,40.000,27.294,52.706"),
+            std::string::npos) << summary_rows["chaos.faults[0].duration_s=2/mirrored"];
+  // parameter_server at 4 s: one of two runs censored; the mean is the reached run's.
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=4/parameter_server"].find(",2,1,0.500,34.000,34.000,34.000"),
+            std::string::npos) << summary_rows["chaos.faults[0].duration_s=4/parameter_server"];
+
+  const std::string svg = readFile(dir + "/out/crossover.svg");
+  EXPECT_NE(svg.find("<polyline class=\"ratio\""), std::string::npos);
+  EXPECT_NE(svg.find("class=\"crossing\""), std::string::npos);
+  ASSERT_EQ(r->crossings.size(), 1u);
+  EXPECT_NE(r->crossings[0].find("parameter server overtakes"), std::string::npos) << r->crossings[0];
+  EXPECT_NE(r->crossings[0].find("=1 and 2"), std::string::npos) << r->crossings[0];
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, TQuantileMatchesTheTable) {
+  EXPECT_DOUBLE_EQ(tQuantile95(1), 12.706);
+  EXPECT_DOUBLE_EQ(tQuantile95(10), 2.228);
+  EXPECT_NEAR(tQuantile95(60), 2.000, 0.002);
+  EXPECT_NEAR(tQuantile95(1000), 1.962, 0.002);
+  TtaStats s = ttaStats({10.0, std::nullopt, 14.0});
+  EXPECT_EQ(s.runs, 3);
+  EXPECT_EQ(s.reached, 2);
+  EXPECT_DOUBLE_EQ(s.mean, 12);
+  EXPECT_NEAR(s.censoredFraction(), 1.0 / 3, 1e-12);
+  EXPECT_NEAR(s.ci_high - s.mean, 12.706 * std::sqrt(8.0) / std::sqrt(2.0), 1e-9);
+}
+
+}  // namespace
+}  // namespace chaosbed::sweep
