@@ -209,6 +209,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::mutex mu_;  // guards the members below: the supervisor's and chaos's threads use them
   std::map<std::string, Outage> down_;
   std::set<int> elastic_pending_join_;
+  std::map<std::string, int> crash_loops_;  // consecutive short-lived incarnations per node
 
   int64_t generation_ = -1;
   std::vector<int> members_;
@@ -333,7 +334,12 @@ void Supervisor::handleExits() {
     o.since_s = t;
     o.by_chaos = by_chaos;
     o.awaiting_incarnation.reset();
-    if (!by_chaos) o.restart_at_s = t + kRestartAfterCrashS;
+    // A node that keeps dying young backs off exponentially (as a Kubernetes CrashLoopBackOff does), so a
+    // node that cannot start does not spin.
+    int& young = crash_loops_[e.name];
+    young = e.lifetime < std::chrono::seconds(3) ? young + 1 : 0;
+    const double backoff = young == 0 ? 0.0 : std::min(8.0, 0.25 * double(1 << std::min(young, 6)));
+    if (!by_chaos) o.restart_at_s = t + kRestartAfterCrashS + backoff;
     if (role == "worker" && mirrored_ && strategy_.on_failure == spec::OnFailure::kElastic) {
       std::vector<int> survivors;
       for (int r : members_)
@@ -569,9 +575,9 @@ Result<StrategyResult> Supervisor::run() {
         for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
       if (w.steps > last_steps) {
         std::lock_guard lock(mu_);
-        // A node that nobody waits on (an async worker, the evaluator) recovers when training progresses.
+        // Training that goes on without the lost node (async workers) has recovered at its next step.
         for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
-          if (w.steps > it->steps_at_failure && down_.empty()) {
+          if (w.steps > it->steps_at_failure) {
             recordRecovery(std::max(0.0, t - it->since_s));
             it = open_episodes_.erase(it);
           } else {

@@ -6,6 +6,8 @@
 //   and recorded idle-fraction series are queried back through its HTTP API.
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -199,16 +201,22 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   EXPECT_GT(total_idle, 0) << "a 2 s worker pause must make someone wait: " << idle.dump();
   std::printf("[observability] idle seconds from Prometheus: %s\n", idle.dump().c_str());
 
-  // The recording rules ran on the real series.
+  // The recording rules ran on the real series. A run of a few seconds gives rate() windows with no change
+  // (0/0 = NaN) for some series; the finite ones must be sane and some must show progress.
   const json frac = promQuery(prom, "max_over_time(chaosbed:idle_fraction:ratio_rate1m[10m])");
   ASSERT_GE(frac.size(), 1u) << frac.dump();
   for (const json& r : frac) {
-    EXPECT_GE(sampleValue(r), 0) << r.dump();
-    EXPECT_LE(sampleValue(r), 1) << r.dump();
+    const double v = sampleValue(r);
+    if (std::isnan(v)) continue;
+    EXPECT_GE(v, 0) << r.dump();
+    EXPECT_LE(v, 1) << r.dump();
   }
   const json goodput = promQuery(prom, "max_over_time(chaosbed:goodput_samples:rate1m[10m])");
   ASSERT_GE(goodput.size(), 1u) << goodput.dump();
-  EXPECT_GT(sampleValue(goodput[0]), 0) << goodput.dump();
+  double best_goodput = 0;
+  for (const json& r : goodput)
+    if (!std::isnan(sampleValue(r))) best_goodput = std::max(best_goodput, sampleValue(r));
+  EXPECT_GT(best_goodput, 0) << goodput.dump();
   EXPECT_TRUE(server.terminate(deadlineIn(30s)).has_value());
 }
 

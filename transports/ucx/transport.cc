@@ -1,5 +1,7 @@
 #include "transports/ucx/transport.h"
 
+#include <cstdlib>
+
 #include <glog/logging.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -212,6 +214,10 @@ Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status::unavailable("ucx: ucp_config_read: " + ucsText(st));
+  // Without peer error mode, UCX treats a failed cross-memory-attach read as fatal: a peer killed in the
+  // middle of a rendezvous transfer would abort this process too (process_vm_readv: No such process). So
+  // CMA is off unless the user chose the transports (UCX_TLS); shared-memory rendezvous then copies.
+  if (std::getenv("UCX_TLS") == nullptr) (void)ucp_config_modify(config, "TLS", "^cma");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -582,6 +588,21 @@ void UcxTransport::sweepLocked(int peer) {
   }
   for (auto& op : ops)
     if (!op->done.load()) finish(op.get(), *op->forced);  // UCX still holds it: released when UCX finishes
+
+  // A wildcard receive may already be matched to a message the dead peer was still sending; it would then
+  // never complete. UCX does not say which peer a pending wildcard receive matched, so every pending one is
+  // cancelled: an unmatched one completes with Cancelled at once; one that a progress pass does not finish
+  // either is taken to be the dead peer's and completes with Aborted. Callers repost wildcard receives.
+  std::vector<OpPtr> wildcards;
+  for (auto& [raw, op] : pending_)
+    if (op->peer == kAnyPeer && !op->done.load() && op->ucx_req != nullptr && !op->ucx_done) wildcards.push_back(op);
+  if (wildcards.empty()) return;
+  for (auto& op : wildcards) ucp_request_cancel(worker_, op->ucx_req);
+  progressLocked();
+  for (auto& op : wildcards)
+    if (!op->done.load())
+      finish(op.get(), Status::aborted("ucx: wildcard receive matched a message of rank " + std::to_string(peer) +
+                                       ", which failed; post it again", peer));
 }
 
 void UcxTransport::failPeer(int peer, const Status& why) {
@@ -644,8 +665,16 @@ Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOpt
   auto transport = std::make_unique<UcxTransport>(store, options, incarnation);
   CHAOSBED_RETURN_IF_ERROR(transport->init());
   CHAOSBED_RETURN_IF_ERROR(transport->publish());
-  for (int peer = 0; peer < options.size; ++peer)
-    CHAOSBED_RETURN_IF_ERROR(transport->connectPeer(peer, 0, deadline));
+  for (int peer = 0; peer < options.size; ++peer) {
+    Status s = transport->connectPeer(peer, 0, deadline);
+    if (s.isOk()) continue;
+    // A peer that never published is a set-up failure. One that published but is unreachable died (a
+    // replacement starts while another node is down): it reads as lost until it is replaced (reconnect).
+    if (peer == options.rank || s.code() == StatusCode::kTimeout || s.code() == StatusCode::kInvalidArgument ||
+        s.code() == StatusCode::kDataLoss)
+      return s;
+    transport->failPeer(peer, s.code() == StatusCode::kPeerLost ? s : Status::peerLost(peer, s.toString()));
+  }
   return std::unique_ptr<Transport>(std::move(transport));
 }
 
