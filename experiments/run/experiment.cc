@@ -35,7 +35,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers}, {"ps", spec.cluster.servers}, {"evaluator", 1}});
   auto plan = chaos::drawPlan(spec.chaos.parsed, nodes, uint64_t(spec.seed), spec.training.time_limit_s);
   if (!plan.isOk()) return Status::invalidArgument("chaos: " + plan.status().toString());
-  if (Status s = chaos::checkBlastRadius(*plan, nodes); !s.isOk()) return Status::invalidArgument("chaos: " + s.toString());
+  if (!spec.chaos.parsed.allow_full_outage)
+    if (Status s = chaos::checkBlastRadius(*plan, nodes); !s.isOk()) return Status::invalidArgument("chaos: " + s.toString());
 
   ExperimentOutcome outcome;
   std::string run_id;

@@ -83,6 +83,7 @@ struct Outage {
 struct Episode {
   double since_s = 0;
   int64_t steps_at_failure = 0;
+  bool worker = false;  // a lost worker (async training goes on without it); else a server
 };
 
 class Supervisor;
@@ -325,7 +326,7 @@ void Supervisor::handleExits() {
     const double t = now();
     if (role != "evaluator") {
       ++result_.failures;
-      open_episodes_.push_back({t, steps});
+      open_episodes_.push_back({t, steps, role == "worker"});
     }
     LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
     if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
@@ -573,11 +574,12 @@ Result<StrategyResult> Supervisor::run() {
       const NodeStats w = collectStats("worker", workers_);
       if (chaos_controller)
         for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
-      if (w.steps > last_steps) {
+      // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
+      // training recovers when a worker says so (the "recovered" event after its first step past the fault).
+      if (!mirrored_ && w.steps > last_steps) {
         std::lock_guard lock(mu_);
-        // Training that goes on without the lost node (async workers) has recovered at its next step.
         for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
-          if (w.steps > it->steps_at_failure) {
+          if (it->worker && w.steps > it->steps_at_failure) {
             recordRecovery(std::max(0.0, t - it->since_s));
             it = open_episodes_.erase(it);
           } else {
