@@ -29,8 +29,9 @@ constexpr int kRankShift = kUserTagBits;
 constexpr int kMaxRanks = 1 << (64 - kUserTagBits);
 constexpr ucp_tag_t kExactMask = ~ucp_tag_t{0};
 constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
-// A sleeping progress() wakes at least this often: it bounds the cost of a wake-up another thread consumed.
-constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+// A sleeping progress() wakes at least this often. It bounds the cost of a wake-up another thread consumed,
+// and of the protocol steps of a shared-memory rendezvous without CMA that raise no wake-up event.
+constexpr auto kMaxSleep = std::chrono::milliseconds(2);
 
 std::string ucsText(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -162,7 +163,8 @@ class UcxTransport final : public Transport {
   void progressLocked();
   // Sets the sticky failure (false when the peer had failed already); `routine` only lowers the log level.
   bool markFailed(int peer, const Status& why, bool routine = false);
-  void sweepLocked(int peer);
+  // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
+  void sweepLocked(int peer, bool crashed = true);
   void onControlLost(int peer, uint64_t incarnation, bool orderly);
   void wakeSleepers();
   void shutdown();
@@ -214,10 +216,6 @@ Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status::unavailable("ucx: ucp_config_read: " + ucsText(st));
-  // Without peer error mode, UCX treats a failed cross-memory-attach read as fatal: a peer killed in the
-  // middle of a rendezvous transfer would abort this process too (process_vm_readv: No such process). So
-  // CMA is off unless the user chose the transports (UCX_TLS); shared-memory rendezvous then copies.
-  if (std::getenv("UCX_TLS") == nullptr) (void)ucp_config_modify(config, "TLS", "^cma");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -568,7 +566,7 @@ bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
   return true;
 }
 
-void UcxTransport::sweepLocked(int peer) {
+void UcxTransport::sweepLocked(int peer, bool crashed) {
   const Status sticky = peerStatus(peer);
   std::vector<OpPtr> ops;
   for (auto& [raw, op] : pending_)
@@ -593,6 +591,7 @@ void UcxTransport::sweepLocked(int peer) {
   // never complete. UCX does not say which peer a pending wildcard receive matched, so every pending one is
   // cancelled: an unmatched one completes with Cancelled at once; one that a progress pass does not finish
   // either is taken to be the dead peer's and completes with Aborted. Callers repost wildcard receives.
+  if (!crashed) return;  // a peer that closed its transport finished its sends
   std::vector<OpPtr> wildcards;
   for (auto& [raw, op] : pending_)
     if (op->peer == kAnyPeer && !op->done.load() && op->ucx_req != nullptr && !op->ucx_done) wildcards.push_back(op);
@@ -619,7 +618,7 @@ void UcxTransport::onControlLost(int peer, uint64_t incarnation, bool orderly) {
                                              : "ucx: control connection to " + who + " lost: the process is gone");
   std::lock_guard lock(worker_mu_);
   progressLocked();  // messages the peer sent before it went may already sit in our queues: match them first
-  if (markFailed(peer, why, /*routine=*/orderly)) sweepLocked(peer);
+  if (markFailed(peer, why, /*routine=*/orderly)) sweepLocked(peer, /*crashed=*/!orderly);
 }
 
 void UcxTransport::wakeSleepers() {

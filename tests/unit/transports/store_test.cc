@@ -69,7 +69,7 @@ TEST_F(StoreFixture, GetOfAMissingKeyTimesOutAtTheDeadline) {
   ASSERT_FALSE(v.isOk());
   EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
   EXPECT_NE(v.status().message().find("never"), std::string::npos);
-  EXPECT_GE(took, milliseconds(100));
+  EXPECT_GE(took, milliseconds(99));  // the server's clock rounds to milliseconds
   EXPECT_LT(took, milliseconds(5000));  // bounded, not a hang; generous for a loaded CI machine
   // The client stays usable after a timeout.
   EXPECT_TRUE(store_->set("after", "ok").isOk());
