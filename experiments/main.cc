@@ -25,7 +25,7 @@ int printHelp(int, char**);
 constexpr Command kCommands[] = {
     {"help", "show this help", printHelp},
     {"train", "train the MLP on one node to a target accuracy (--dataset, --target, --json)", chaosbed::cli::runTrain},
-    {"bench", "micro-benchmarks: chaosbed bench train [--json]", chaosbed::cli::runBench},
+    {"bench", "micro-benchmarks: chaosbed bench train|p2p|allreduce [--ranks N] [--json]", chaosbed::cli::runBench},
     {"validate", "check experiment specs: chaosbed validate SPEC...", chaosbed::cli::validate},
     {"chaos", "chaos plan SPEC [--seed N] [--json]: print the drawn fault schedule; chaos bench: fidelity", chaosbed::cli::runChaos},
     {"run", "run an experiment: every strategy under the same chaos (chaosbed run SPEC [--out DIR])",
