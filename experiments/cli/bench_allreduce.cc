@@ -1,6 +1,6 @@
 // `chaosbed bench allreduce [--ranks N] [--json] [--bench_allreduce_max_bytes B] [--bench_allreduce_chunk_bytes C]`:
 // the ring all-reduce of transports/collective.h (float32 sum) over the UCX transport, N ranks as separate
-// processes on loopback (forked; the store server runs in the parent). Sizes go from 4 KiB to the maximum
+// processes on loopback (forked; the store server runs in the parent, see bench_ranks.h). Sizes go from 4 KiB to the maximum
 // (64 MiB) in powers of 4. Per size, after warm-up iterations, every rank times its iterations; the time is
 // the largest per-iteration mean over the ranks (as nccl-tests), and
 //   algbw = bytes / time,  busbw = algbw * 2(N-1)/N   (GB/s = 1e9 B/s).
@@ -8,10 +8,6 @@
 // table. Before timing, one all-reduce per size is checked against the known sum; a wrong sum fails the run.
 
 #include <gflags/gflags.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "experiments/cli/bench_ranks.h"
 #include "experiments/cli/cli.h"
 #include "transports/bootstrap/store.h"
 #include "transports/collective.h"
@@ -115,6 +112,7 @@ int runRank(int rank, int ranks, const std::string& store_address, const std::ve
   ucx.rank = rank;
   ucx.size = ranks;
   ucx.prefix = "bench-allreduce";
+  ucx.cross_memory_attach = benchCrossMemoryAttach();
   auto transport = createUcxTransport(**store, ucx);
   if (!transport.isOk()) return fail(transport.status());
   auto comm = worldCommunicator(transport->get());
@@ -153,45 +151,7 @@ int runBenchAllreduce(int argc, char** argv) {
   std::vector<size_t> sizes;
   for (size_t s = 4096; s <= FLAGS_bench_allreduce_max_bytes; s *= 4) sizes.push_back(s);
 
-  auto server = startStoreServer("127.0.0.1:0");
-  if (!server.isOk()) {
-    std::fprintf(stderr, "chaosbed bench allreduce: %s\n", server.status().toString().c_str());
-    return kExitInfrastructure;
-  }
-  const std::string address = (*server)->address();
-  std::fflush(stdout);
-  std::vector<pid_t> pids;
-  auto killAll = [&pids](pid_t except) {
-    for (pid_t p : pids)
-      if (p != except) ::kill(p, SIGKILL);
-  };
-  for (int rank = 0; rank < ranks; ++rank) {
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("chaosbed bench allreduce: fork");
-      killAll(-1);
-      for (size_t i = 0; i < pids.size(); ++i) ::waitpid(pids[i], nullptr, 0);
-      return kExitInfrastructure;
-    }
-    if (pid == 0) {
-      // The child uses only its own store client and transport, never the parent's server thread.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      _exit(runRank(rank, ranks, address, sizes));
-    }
-    pids.push_back(pid);
-  }
-  int result = kExitPass;
-  for (int left = ranks; left > 0; --left) {
-    int ws = 0;
-    pid_t pid = ::waitpid(-1, &ws, 0);
-    if (pid < 0) break;
-    int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (code != 0 && result == kExitPass) {
-      result = kExitInfrastructure;
-      killAll(pid);  // its peers would only wait for their deadlines
-    }
-  }
-  return result;
+  return runRanks("chaosbed bench allreduce", ranks, [&](int rank, const std::string& address) { return runRank(rank, ranks, address, sizes); });
 }
 
 }  // namespace chaosbed::cli

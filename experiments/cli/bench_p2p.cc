@@ -1,5 +1,5 @@
 // `chaosbed bench p2p [--json] [--bench_p2p_max_bytes N]`: point-to-point performance of the UCX transport
-// between two ranks in separate processes on loopback (forked; the store server runs in the parent).
+// between two ranks in separate processes on loopback (forked; the store server runs in the parent, see bench_ranks.h).
 // For each size (8 B, then 4 KiB..max in powers of 4) it reports
 //   bw_gbps: streaming bandwidth, rank 0 -> rank 1, a window of kWindow sends in flight (GB/s = 1e9 B/s),
 //            timed at the sender up to a 1-byte acknowledgement of the last message (like ucx_perftest tag_bw);
@@ -7,16 +7,13 @@
 // --json prints one object per size: {"bytes":N,"bw_gbps":X,"lat_us":Y}; otherwise a table.
 
 #include <gflags/gflags.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "experiments/cli/bench_ranks.h"
 #include "experiments/cli/cli.h"
 #include "transports/bootstrap/store.h"
 #include "transports/ucx/transport.h"
@@ -106,6 +103,7 @@ int runRank(int rank, const std::string& store_address, const std::vector<size_t
   options.rank = rank;
   options.size = 2;
   options.prefix = "bench-p2p";
+  options.cross_memory_attach = benchCrossMemoryAttach();
   auto transport = createUcxTransport(**store, options);
   if (!transport.isOk()) {
     std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, transport.status().toString().c_str());
@@ -148,42 +146,7 @@ int runBenchP2p(int argc, char** argv) {
   std::vector<size_t> sizes{8};
   for (size_t s = 4096; s <= FLAGS_bench_p2p_max_bytes; s *= 4) sizes.push_back(s);
 
-  auto server = startStoreServer("127.0.0.1:0");
-  if (!server.isOk()) {
-    std::fprintf(stderr, "chaosbed bench p2p: %s\n", server.status().toString().c_str());
-    return kExitInfrastructure;
-  }
-  const std::string address = (*server)->address();
-  std::fflush(stdout);
-  pid_t pids[2] = {-1, -1};
-  for (int rank = 0; rank < 2; ++rank) {
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("chaosbed bench p2p: fork");
-      if (pids[0] > 0) ::kill(pids[0], SIGKILL);
-      return kExitInfrastructure;
-    }
-    if (pid == 0) {
-      // The child uses only its own store client and transport, never the parent's server thread.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::fflush(stdout);
-      _exit(runRank(rank, address, sizes));
-    }
-    pids[rank] = pid;
-  }
-  int result = kExitPass;
-  for (int left = 2; left > 0; --left) {
-    int ws = 0;
-    pid_t pid = ::waitpid(-1, &ws, 0);
-    if (pid < 0) break;
-    int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (code != 0) {
-      result = kExitInfrastructure;
-      for (pid_t other : pids)
-        if (other != pid) ::kill(other, SIGKILL);  // its peer is gone: do not wait for its deadlines
-    }
-  }
-  return result;
+  return runRanks("chaosbed bench p2p", 2, [&](int rank, const std::string& address) { return runRank(rank, address, sizes); });
 }
 
 }  // namespace chaosbed::cli

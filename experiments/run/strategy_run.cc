@@ -265,10 +265,6 @@ Status Supervisor::launchAll() {
     n.index = std::stoi(name.substr(name.rfind('-') + 1));
     n.args = {n.role, "--node_config=" + dir_ + "/node-config.json"};
     n.env = {{"OPENBLAS_NUM_THREADS", "1"}};
-    // Without peer error mode (transports/ucx/transport.h), UCX treats a failed cross-memory-attach read as
-    // fatal: a peer killed in the middle of a rendezvous would abort its partner too (process_vm_readv: No
-    // such process). Chaos kills peers mid-transfer, so nodes run without CMA unless UCX_TLS says otherwise.
-    if (std::getenv("UCX_TLS") == nullptr) n.env["UCX_TLS"] = "^cma";
     n.cpus = spec_.cluster.cpu_per_node;
     auto pid = launcher_->start(n);
     if (!pid.isOk()) return pid.status().withContext("starting " + name);

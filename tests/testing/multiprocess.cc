@@ -56,10 +56,38 @@ int ChildContext::fail(const std::string& why) const {
 }
 
 MultiProcess::MultiProcess() {
-  auto server = startStoreServer("127.0.0.1:0");
-  CHECK(server.isOk()) << "multiprocess fixture: " << server.status().toString();
-  server_ = std::move(server).value();
-  store_address_ = server_->address();
+  // The StoreServer runs in a process of its own, so that this process stays single-threaded and every
+  // rank is forked from a process whose locks no other thread can hold (a child forked while another thread
+  // holds, say, UCX's memory-hook lock waits for it forever).
+  int fds[2];
+  PCHECK(::pipe2(fds, O_CLOEXEC) == 0) << "multiprocess fixture: pipe2";
+  const pid_t parent = ::getpid();
+  store_pid_ = ::fork();
+  PCHECK(store_pid_ >= 0) << "multiprocess fixture: fork";
+  if (store_pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(127);
+    ::close(fds[0]);
+    auto server = startStoreServer("127.0.0.1:0");
+    const std::string line = server.isOk() ? (*server)->address() + "\n" : "FAIL " + server.status().toString() + "\n";
+    ssize_t n;
+    do n = ::write(fds[1], line.data(), line.size()); while (n < 0 && errno == EINTR);
+    ::close(fds[1]);
+    if (!server.isOk()) _exit(1);
+    for (;;) ::pause();  // serves until the fixture kills it
+  }
+  ::close(fds[1]);
+  std::string line;
+  char ch;
+  for (;;) {
+    ssize_t n = ::read(fds[0], &ch, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || ch == '\n') break;
+    line.push_back(ch);
+  }
+  ::close(fds[0]);
+  CHECK(!line.empty() && line.rfind("FAIL ", 0) != 0) << "multiprocess fixture: store server: " << line;
+  store_address_ = line;
 }
 
 MultiProcess::~MultiProcess() {
@@ -73,6 +101,12 @@ MultiProcess::~MultiProcess() {
       c.pid = -1;
     }
     closeChild(c);
+  }
+  store_.reset();
+  if (store_pid_ > 0) {
+    ::kill(store_pid_, SIGKILL);
+    while (::waitpid(store_pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // MultiProcess: a fork fixture for multi-process tests (Gloo style). The parent starts a bootstrap
-// StoreServer, then forks one child process per rank; each child runs a function with its ChildContext and
+// StoreServer in a helper process of its own (the parent stays single-threaded), then forks one child
+// process per rank; each child runs a function with its ChildContext and
 // exits with the function's return value. Children report progress and results to the parent over a pipe,
 // one line per report ("step 3", "result PeerLost 1 812us"); the parent waits for a given report with a
 // deadline, injects faults at those protocol points (SIGKILL, SIGSTOP/SIGCONT), waits for exits with a
@@ -113,7 +114,7 @@ class MultiProcess {
   void readAvailable(Child& c);
   void closeChild(Child& c);
 
-  std::unique_ptr<StoreServer> server_;
+  pid_t store_pid_ = -1;  // the process that hosts the StoreServer
   std::string store_address_;
   std::unique_ptr<Store> store_;
   std::vector<Child> children_;

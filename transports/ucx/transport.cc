@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include <glog/logging.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
@@ -32,6 +33,8 @@ constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
 // A sleeping progress() wakes at least this often. It bounds the cost of a wake-up another thread consumed,
 // and of the protocol steps of a shared-memory rendezvous without CMA that raise no wake-up event.
 constexpr auto kMaxSleep = std::chrono::milliseconds(2);
+// progress() polls without yielding this long first: a small message's round trip is a few microseconds.
+constexpr auto kBusySpin = std::chrono::microseconds(10);
 
 std::string ucsText(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -216,6 +219,14 @@ Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status::unavailable("ucx: ucp_config_read: " + ucsText(st));
+  if (!options_.cross_memory_attach) {
+    const char* user_tls = std::getenv("UCX_TLS");
+    const std::string tls = tlsWithoutCma(user_tls == nullptr ? "" : user_tls);
+    if (ucs_status_t st = ucp_config_modify(config, "TLS", tls.c_str()); st != UCS_OK) {
+      ucp_config_release(config);
+      return Status::invalidArgument("ucx: UCX_TLS=" + tls + ": " + ucsText(st));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -505,7 +516,9 @@ void UcxTransport::progress(Deadline until) {
   auto changed = [&] {
     return completions_.load(std::memory_order_acquire) != completions || failure_count_.load() != failures;
   };
-  const Deadline spin_end = SteadyClock::now() + options_.spin;
+  const Deadline start = SteadyClock::now();
+  const Deadline spin_end = start + options_.spin;
+  const Deadline busy_end = start + std::min<std::chrono::microseconds>(options_.spin, kBusySpin);
   for (;;) {
     {
       std::lock_guard lock(worker_mu_);
@@ -514,7 +527,12 @@ void UcxTransport::progress(Deadline until) {
     if (changed()) return;
     Deadline now = SteadyClock::now();
     if (now >= until) return;
-    if (now < spin_end) continue;
+    if (now < busy_end) continue;
+    if (now < spin_end) {
+      // Hand the core to a rank that has work (several ranks often share a core); cheap when none waits.
+      sched_yield();
+      continue;
+    }
     ucs_status_t armed;
     {
       std::lock_guard lock(worker_mu_);
@@ -646,6 +664,25 @@ Status UcxTransport::reconnect(int peer, Deadline deadline) {
 }
 
 }  // namespace
+
+std::string tlsWithoutCma(const std::string& tls) {
+  if (tls.empty() || tls == "all") return "^cma";
+  std::vector<std::string> names;
+  for (size_t begin = tls[0] == '^' ? 1 : 0; begin <= tls.size();) {
+    size_t end = std::min(tls.find(',', begin), tls.size());
+    if (end > begin) names.push_back(tls.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  const bool exclude = tls[0] == '^';
+  std::erase(names, std::string("cma"));
+  // The shared-memory aliases include CMA: name their other members instead.
+  for (std::string& n : names)
+    if (!exclude && (n == "sm" || n == "shm")) n = "mm,knem,xpmem";
+  if (exclude) names.push_back("cma");
+  std::string out = exclude ? "^" : "";
+  for (size_t i = 0; i < names.size(); ++i) out += (i > 0 ? "," : "") + names[i];
+  return out;
+}
 
 Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOptions& options) {
   if (options.size < 1 || options.size > kMaxRanks)

@@ -61,8 +61,16 @@ struct UcxOptions {
   // Address the control listener binds and publishes (the host's address for multi-host runs).
   std::string control_host = "127.0.0.1";
   // How long progress() polls before it sleeps on the worker's event fd.
-  std::chrono::microseconds spin{50};
+  std::chrono::microseconds spin{200};
+  // Cross-memory attach (process_vm_readv) copies a large message in one pass on one host, but UCX 1.13
+  // aborts the whole process when the peer of a CMA transfer has died (it would need peer error mode, which
+  // the data path avoids). Off by default, so a peer killed mid-transfer fails its partner's operation
+  // instead of crashing it; benchmarks, where no peer dies, may turn it on. Off removes "cma" from UCX_TLS.
+  bool cross_memory_attach = false;
 };
+
+// The UCX_TLS value that honours `tls` (the user's UCX_TLS, empty when unset) without CMA.
+std::string tlsWithoutCma(const std::string& tls);
 
 // Creates the UCP context and worker, publishes this rank and connects to every peer (all ranks must call
 // it; it waits for their records until connect_timeout). `store` must outlive the transport: reconnect()
