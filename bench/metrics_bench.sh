@@ -4,7 +4,7 @@
 #   bench/metrics_bench.sh [BUILD_DIR]     (BUILD_DIR holds the `chaosbed` binary; default build)
 # 1. builds bench/metrics_bench.cc (with the exporter's sources) and runs its micro-benchmarks;
 # 2. runs experiments/scenarios/tiny-synthetic.yaml with 4 workers (if the binary exists), scrapes it every
-#    100 ms for the whole run, and relates the per-step metrics cost to the run's mean step time.
+#    25 ms for the whole run, and relates the per-step metrics cost to the run's mean step time.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
