@@ -31,6 +31,11 @@ void printProgress(FILE* out, const Progress& p, bool tty) {
 
 Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options) {
   FILE* out = options.progress;
+  // Refused rather than quietly run over UCX: a result labelled nccl must have been measured over NCCL.
+  if (spec.cluster.transport == spec::Transport::kNccl)
+    return Status::unavailable(
+        "cluster.transport: nccl: the strategies exchange gradients over UCX only; the NCCL backend "
+        "(transports/nccl, GPU buffers, one GPU per rank) is not wired into them yet: use transport: ucx");
   // Draw the chaos schedule once: every strategy meets the same faults at the same times.
   auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers}, {"ps", spec.cluster.servers}, {"evaluator", 1}});
   auto plan = chaos::drawPlan(spec.chaos.parsed, nodes, uint64_t(spec.seed), spec.training.time_limit_s);
