@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 
 #include "chaos/actuators/heal.h"
@@ -171,7 +173,15 @@ TEST_F(ChaosActuators, PauseWithSigstopStopsProgressAndResumes) {
   Controller ctl(onePlan(FaultKind::kPause, "worker-0", {}, 0.4), **cluster, set.map(), {});
   ASSERT_TRUE(ctl.start().isOk());
   ASSERT_TRUE(ctl.waitProcessed(0, 5s));
-  waitFor(0.05);  // SIGSTOP is asynchronous: let it land
+  // SIGSTOP is asynchronous: wait until the node (our child) has actually stopped. WNOWAIT leaves the state
+  // change to whoever else waits for it.
+  const auto node = static_cast<id_t>((*cluster)->pid("worker-0"));
+  siginfo_t info{};
+  int rc;
+  while ((rc = ::waitid(P_PID, node, &info, WSTOPPED | WEXITED | WNOWAIT)) < 0 && errno == EINTR) {
+  }
+  ASSERT_EQ(rc, 0) << std::strerror(errno);
+  ASSERT_EQ(info.si_code, CLD_STOPPED);
   const uint64_t p0 = c[0].load();
   waitFor(0.2);
   EXPECT_EQ(c[0].load(), p0) << "a stopped node made progress";

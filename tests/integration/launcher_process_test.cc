@@ -11,6 +11,7 @@
 #include <spawn.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,13 +92,16 @@ bool processGone(pid_t pid) {
          (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
+// Waits (bounded) until pid has exited. A pidfd polls readable once the process is dead, whoever its parent
+// is, so no polling of /proc is needed.
 bool awaitGone(pid_t pid, std::chrono::milliseconds timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (!processGone(pid)) {
-    if (SteadyClock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);  // polling the kernel: no event exists for another parent's child
-  }
-  return true;
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // already reaped
+  pollfd p{fd, POLLIN, 0};
+  int n;
+  do n = ::poll(&p, 1, static_cast<int>(timeout.count())); while (n < 0 && errno == EINTR);
+  ::close(fd);
+  return n == 1;
 }
 
 // Live (not zombie) processes whose process group is pgid.
@@ -117,6 +121,15 @@ std::vector<pid_t> liveInGroup(pid_t pgid) {
     if (pgrp == pgid && state != 'Z' && state != 'X') out.push_back(std::stoi(name));
   }
   return out;
+}
+
+// Waits (bounded) until no live process is left in group pgid. The launcher SIGKILLs a node's group before
+// its exit notice, but a killed process dies only once it is scheduled: on a loaded machine a helper can
+// still be runnable when the notice arrives. Its members can no longer fork, so awaiting each one suffices.
+bool awaitGroupGone(pid_t pgid, std::chrono::milliseconds timeout) {
+  for (pid_t p : liveInGroup(pgid))
+    if (!awaitGone(p, timeout)) return false;
+  return liveInGroup(pgid).empty();
 }
 
 // Collects exit notices from the launcher thread.
@@ -280,7 +293,7 @@ TEST_F(LauncherTest, NodeExitTakesItsProcessGroupAlong) {
   auto e = notices_.next(5s);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->signal, SIGKILL);
-  EXPECT_TRUE(liveInGroup(*pid).empty());
+  EXPECT_TRUE(awaitGroupGone(*pid, 5000ms));
 }
 
 TEST_F(LauncherTest, DefaultBinaryIsTheRunningExecutable) {
@@ -391,7 +404,7 @@ TEST_F(LauncherTest, StopAllTermsThenKillsAndLeavesNoProcess) {
   EXPECT_EQ(seen["ps-0"].signal, SIGKILL);
   for (pid_t p : pids) {
     EXPECT_TRUE(processGone(p)) << p;
-    EXPECT_TRUE(liveInGroup(p).empty()) << p;
+    EXPECT_TRUE(awaitGroupGone(p, 5000ms)) << p;
   }
 }
 

@@ -53,9 +53,9 @@ std::set<std::string> namesUsedByDashboardsAndRules() {
 // `chaosbed run` of the tiny scenario; stdout is line-buffered (stdbuf) so the "metrics:" line arrives at once.
 class ChaosbedRun {
  public:
-  explicit ChaosbedRun(const fs::path& out)
+  explicit ChaosbedRun(const fs::path& out, const std::string& metrics_addr = "127.0.0.1:0")
       : child_({"stdbuf", "-oL", "-eL", CHAOSBED_BINARY, "run", kScenario.string(), "--out", out.string(),
-                "--metrics_addr", "127.0.0.1:0"}) {}
+                "--metrics_addr", metrics_addr}) {}
   // The exporter's host:port from the "metrics: http://HOST:PORT/metrics" line.
   std::string waitForAddress() {
     auto line = child_.waitForLine("metrics: http://", deadlineIn(60s));
@@ -151,9 +151,14 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   if (!runnable(&why)) GTEST_SKIP() << why;
   if (!haveTool("prometheus")) GTEST_SKIP() << "prometheus not installed (Debian package prometheus)";
   TempDir dir("obs_prom");
-  ChaosbedRun run(dir.path() / "results");
-  const std::string addr = run.waitForAddress();
-  ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
+  // Prometheus starts first and the run second, on a port chosen here: the run lasts a few seconds, and a
+  // Prometheus that starts after it (seconds on a loaded machine) could miss it entirely.
+  const int run_port = freePort();
+  int port = freePort();
+  while (port == run_port) port = freePort();
+  ASSERT_GT(run_port, 0);
+  ASSERT_GT(port, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(run_port);
 
   // Our prometheus.yml and rules.yml, scraping the run often (its endpoint ends with it) with rules every 1 s.
   YAML::Node config = YAML::LoadFile((dashboardsDir() / "prometheus" / "prometheus.yml").string());
@@ -168,11 +173,13 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
     e << config;
     std::ofstream(config_file) << e.c_str();
   }
-  const int port = freePort();
   const std::string prom = "127.0.0.1:" + std::to_string(port);
   Child server({"prometheus", "--config.file=" + config_file.string(), "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
                 "--web.listen-address=" + prom});
   ASSERT_TRUE(server.waitForLine("Server is ready to receive web requests", deadlineIn(60s))) << server.output();
+
+  ChaosbedRun run(dir.path() / "results", addr);
+  ASSERT_EQ(run.waitForAddress(), addr) << "no metrics line from chaosbed run:\n" << run.child().output();
 
   auto rc = run.child().waitExit(deadlineIn(120s));
   ASSERT_TRUE(rc.has_value());

@@ -10,12 +10,16 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -23,7 +27,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "transports/transport.h"
@@ -103,6 +106,10 @@ inline int freePort() {
 class Child {
  public:
   explicit Child(const std::vector<std::string>& argv) {
+    // argv is built before the fork: the child of a threaded process must not allocate before exec.
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return;
     pid_ = ::fork();
@@ -111,11 +118,10 @@ class Child {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
       ::execvp(args[0], args.data());
-      std::fprintf(stderr, "exec %s failed\n", args[0]);
+      (void)!::write(STDERR_FILENO, "exec ", 5);
+      (void)!::write(STDERR_FILENO, args[0], std::strlen(args[0]));
+      (void)!::write(STDERR_FILENO, " failed\n", 8);
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -171,17 +177,21 @@ class Child {
   std::optional<int> waitExit(Deadline deadline) {
     while (readLine(deadline)) {
     }
-    while (!exit_code_) {
-      int st = 0;
-      pid_t r = ::waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) {
-        exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        break;
-      }
-      if (SteadyClock::now() >= deadline) return std::nullopt;
-      // The output pipe is closed, so there is no event left to wait on but the exit itself.
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (exit_code_) return exit_code_;
+    // A pidfd becomes readable when the process exits: wait on it with the deadline.
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd < 0) return std::nullopt;
+    pollfd p{pidfd, POLLIN, 0};
+    int n;
+    do {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+      n = ::poll(&p, 1, static_cast<int>(std::max<long long>(left, 0)));
+    } while (n < 0 && errno == EINTR);
+    ::close(pidfd);
+    if (n != 1) return std::nullopt;
+    int st = 0;
+    if (::waitpid(pid_, &st, 0) != pid_) return std::nullopt;
+    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     return exit_code_;
   }
   // SIGTERM, then waitExit.

@@ -4,16 +4,24 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 
+#include "transports/bootstrap/net.h"
+
 namespace chaosbed::testing {
 
 Command::Command(std::vector<std::string> argv) {
+  // argv is built before the fork: the child of a threaded process must not allocate before exec.
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
   pid_ = fork();
@@ -21,9 +29,6 @@ Command::Command(std::vector<std::string> argv) {
     setpgid(0, 0);
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
@@ -71,21 +76,20 @@ std::optional<std::string> Command::waitForLine(const std::string& needle, Deadl
 }
 
 std::optional<int> Command::wait(Deadline deadline) {
-  while (!status_) {
+  if (!status_) {
     while (readSome(deadline)) {
     }
+    // Output closed: the child is exiting. A pidfd becomes readable when it has exited.
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd < 0) return std::nullopt;
+    pollfd p{pidfd, POLLIN, 0};
+    int n;
+    do n = poll(&p, 1, net::pollTimeoutMs(deadline)); while (n < 0 && errno == EINTR);
+    close(pidfd);
+    if (n != 1) return std::nullopt;
     int st = 0;
-    pid_t r = waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) {
-      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      break;
-    }
-    if (SteadyClock::now() >= deadline) return std::nullopt;
-    if (fd_ < 0) {
-      // Output closed: the child is exiting; block on it, bounded by the deadline's polling above.
-      pollfd none{-1, 0, 0};
-      poll(&none, 0, 20);
-    }
+    if (waitpid(pid_, &st, 0) != pid_) return std::nullopt;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   while (readSome(deadlineIn(std::chrono::milliseconds(200)))) {
   }
