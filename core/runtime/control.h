@@ -84,6 +84,8 @@ class ControlChannel {
   void stopBackground();
 
   Store& store() { return store_; }
+  // Key prefix of this strategy run in the store.
+  const std::string& prefix() const { return prefix_; }
 
  private:
   Store& store_;

@@ -49,6 +49,7 @@ class Evaluator {
         postShard();
       }
       publish();
+      reconnectLost();
     }
     whole_req_->cancel();
     shard_req_->cancel();
@@ -58,6 +59,18 @@ class Evaluator {
   }
 
  private:
+  // A sender met dead at start-up (its stale record) or lost since stays failed on this transport, and a
+  // message from its replacement may need this side's endpoint (rendezvous): reach every failed peer's
+  // replacement again, once in a while and briefly, so that receiving is not held up.
+  void reconnectLost() {
+    const auto now = SteadyClock::now();
+    if (now < next_reconnect_) return;
+    next_reconnect_ = now + 250ms;
+    for (int peer = 0; peer < ctx_.transport.size(); ++peer)
+      if (peer != ctx_.rank && !ctx_.transport.peerStatus(peer).isOk())
+        (void)ctx_.transport.reconnect(peer, deadlineIn(20ms));
+  }
+
   void postWhole() { whole_req_ = ctx_.transport.irecv(kAnyPeer, kSnapshotTag, whole_); }
   void postShard() { shard_req_ = ctx_.transport.irecv(kAnyPeer, kShardSnapshotTag, shard_); }
 
@@ -130,6 +143,7 @@ class Evaluator {
   int64_t completed_tick_ = -1;
   double last_time_s_ = -1;
   size_t published_ = 0;
+  SteadyClock::time_point next_reconnect_{};
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/data/batches.h"
 #include "core/model/mlp.h"
 #include "core/optim/sgd.h"
+#include "core/strategies/gradient_reducer.h"
 #include "core/strategies/tags.h"
 #include "transports/collective.h"
 
@@ -163,6 +164,7 @@ class MirroredWorker {
 
   Membership membership_;
   Communicator comm_;
+  std::unique_ptr<GradientReducer> reducer_;  // the gradient all-reduce: UCX or NCCL
   bool in_generation_ = false;
 
   // This node's samples, cumulative, after each step since cum_base_step_ (for rollback accounting).
@@ -207,6 +209,10 @@ Status MirroredWorker::setup() {
   if (ctx_.workers > kMaxMembers && ctx_.strategy.backup_workers > 0)
     return Status::invalidArgument("mirrored: backup_workers supports at most " + std::to_string(kMaxMembers) +
                                    " workers, got " + std::to_string(ctx_.workers));
+  if (ctx_.strategy.nccl && ctx_.strategy.backup_workers > 0)
+    return Status::invalidArgument("mirrored: backup_workers forwards gradients point to point over UCX; it does "
+                                   "not combine with cluster.transport: nccl");
+  CHAOSBED_ASSIGN_OR_RETURN(reducer_, makeGradientReducer(ctx_));
   std::vector<size_t> layers;
   for (int l : cfg_.layers) {
     if (l <= 0) return Status::invalidArgument("model.layers: sizes must be positive, got " + std::to_string(l));
@@ -290,6 +296,7 @@ Status MirroredWorker::joinFirst(bool& stopped) {
     for (int r = 0; r < ctx_.workers; ++r) m.workers.push_back(r);
   }
   has_state_ = !replacement;  // a replacement gets its state from a checkpoint or a broadcast
+  bool member_lost = false;
   for (;;) {
     while (!contains(m.workers, me_)) {
       CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(m.generation, stopped));
@@ -298,11 +305,15 @@ Status MirroredWorker::joinFirst(bool& stopped) {
     if (s.isOk()) break;
     if (!isPeerFailure(s)) return s;
     LOG(WARNING) << "mirrored rank " << me_ << ": joining generation " << m.generation << " failed: " << s.toString();
+    member_lost = true;
     CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(m.generation, stopped));
   }
-  // Waiting for the others at the start is idle (peer); a replacement's rendezvous is recovery.
-  ctx_.accounting.add(replacement ? TimeCategory::kIdleRecovery : TimeCategory::kIdlePeer, secondsSince(join_started));
-  if (replacement) recovery_started_ = join_started;
+  // Waiting for the others at the start is idle (peer); a replacement's rendezvous is recovery, and so is a
+  // first join that a member lost during the start held up (its wait for the new generation): that member
+  // recovers too, at its first step.
+  const bool recovering = replacement || member_lost;
+  ctx_.accounting.add(recovering ? TimeCategory::kIdleRecovery : TimeCategory::kIdlePeer, secondsSince(join_started));
+  if (recovering) recovery_started_ = join_started;
   return Status::ok();
 }
 
@@ -322,6 +333,7 @@ Status MirroredWorker::enterGeneration(const Membership& m) {
   }
   CHAOSBED_RETURN_IF_ERROR(rendezvous(m));
   CHAOSBED_ASSIGN_OR_RETURN(comm_, makeCommunicator(&ctx_.transport, m.workers, static_cast<uint32_t>(m.generation)));
+  CHAOSBED_RETURN_IF_ERROR(reducer_->enter(comm_, m.generation, collectiveDeadline()));
   membership_ = m;
   in_generation_ = true;
 
@@ -548,7 +560,7 @@ Status MirroredWorker::step(StepOutcome& out) {
   ctx_.accounting.add(TimeCategory::kTransfer, header_split.transfer);
 
   out.failed_at = SteadyClock::now();
-  s = allreduce(comm_, model_->gradients(), collectiveDeadline());
+  s = reducer_->allreduce(comm_, model_->gradients(), collectiveDeadline());
   const auto reduce_split = allreduce_splitter_.split(secondsSince(out.failed_at));
   ctx_.accounting.add(TimeCategory::kTransfer, reduce_split.transfer);
   ctx_.accounting.add(TimeCategory::kIdlePeer, reduce_split.idle);

@@ -158,6 +158,7 @@ class PsServer {
   uint64_t failures_seen_ = 0;
   std::vector<std::byte> snapshot_;
   RequestPtr snapshot_req_;
+  SteadyClock::time_point snapshot_sent_{};
   int64_t last_tick_ = -1;
   std::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<AsyncCheckpointWriter> writer_;
@@ -233,12 +234,13 @@ void PsServer::releaseReady() {
   if (!bound) return;
   if (*bound == 0) {
     // Synchronous: the round is complete when every live worker has pushed it (a worker that died mid-round
-    // leaves it; the round completes with the others).
+    // leaves it; the round completes with the others). A live worker not heard from yet (still starting)
+    // holds the round too, or the first rounds would apply the early workers' gradients alone.
     if (held_.empty()) return;
     const int64_t round = held_.front().clock;
     bool complete = true;
     for (int w = 0; w < ctx_.workers; ++w)
-      if (live(w) && incarnations_[size_t(w)] > 0 && clocks_[size_t(w)] < round) complete = false;
+      if (live(w) && (incarnations_[size_t(w)] == 0 || clocks_[size_t(w)] < round)) complete = false;
     if (!complete) return;
     applyRound();
     const int64_t now = monoNs();
@@ -277,7 +279,10 @@ void PsServer::onRequest(int worker) {
   if (h.incarnation > incarnations_[size_t(worker)]) {
     // A new (or replacement) worker: talk to its current process, and let it start level with the others.
     if (incarnations_[size_t(worker)] > 0 || !ctx_.transport.peerStatus(worker).isOk()) {
-      if (Status s = ctx_.transport.reconnect(worker, deadlineIn(10s)); !s.isOk()) {
+      // A replacement published before it sent this, so reconnecting is quick. A request that a worker sent
+      // just before it died would wait here for a replacement that may be seconds away, with every other
+      // worker held up behind it: drop it after a short wait instead.
+      if (Status s = ctx_.transport.reconnect(worker, deadlineIn(500ms)); !s.isOk()) {
         LOG(WARNING) << "ps-" << shard_ << ": reconnect to worker " << worker << ": " << s.toString();
         return;
       }
@@ -290,7 +295,10 @@ void PsServer::onRequest(int worker) {
         level = any ? std::min(level, clocks_[size_t(w)]) : clocks_[size_t(w)];
         any = true;
       }
-    clocks_[size_t(worker)] = any ? level : 0;
+    // Synchronous: it joins the round in progress (version_ rounds are complete); the others' clocks may
+    // already count their pushes to that round.
+    const bool sync = ctx_.strategy.max_staleness && *ctx_.strategy.max_staleness == 0;
+    clocks_[size_t(worker)] = sync ? version_ : any ? level : 0;
   }
   Pending p;
   p.worker = worker;
@@ -328,8 +336,20 @@ void PsServer::onRequest(int worker) {
 
 void PsServer::maybeSnapshot() {
   const int64_t tick = int64_t(ctx_.control.elapsed() / ctx_.config.eval_interval_s);
-  if (tick <= last_tick_ || (snapshot_req_ && !snapshot_req_->isComplete())) return;
+  if (tick <= last_tick_) return;
+  if (snapshot_req_ && !snapshot_req_->isComplete()) {
+    // A snapshot the evaluator has not taken for seconds is stuck (sent while a replaced evaluator still held
+    // this server's predecessor): abandon it, which fails the evaluator peer until it is reconnected below.
+    if (SteadyClock::now() - snapshot_sent_ < 2s) return;
+    snapshot_req_->cancel();
+  }
   last_tick_ = tick;
+  // A failed evaluator stays failed on this transport: one replaced since (job_restart, a crash), or whose
+  // stale record this server met at start-up, is reached again through its new incarnation. Until that is up,
+  // ticks are skipped, and each tries once, briefly, so that serving workers is not held up.
+  const int evaluator = ctx_.evaluatorRank();
+  if (!ctx_.transport.peerStatus(evaluator).isOk() && !ctx_.transport.reconnect(evaluator, deadlineIn(100ms)).isOk())
+    return;
   ShardSnapshotHeader h;
   h.tick = tick;
   h.realtime_ns = realtimeNs();
@@ -338,7 +358,8 @@ void PsServer::maybeSnapshot() {
   h.updates = version_;
   std::memcpy(snapshot_.data(), &h, sizeof h);
   std::memcpy(snapshot_.data() + sizeof h, params_.data(), range_.count * sizeof(float));
-  snapshot_req_ = ctx_.transport.isend(ctx_.evaluatorRank(), kShardSnapshotTag, snapshot_);
+  snapshot_req_ = ctx_.transport.isend(evaluator, kShardSnapshotTag, snapshot_);
+  snapshot_sent_ = SteadyClock::now();
 }
 
 void PsServer::publishApplied() {

@@ -15,7 +15,8 @@ nlohmann::json StrategyOptions::toJson() const {
                       {"backup_workers", backup_workers},
                       {"checkpoint_on_notice", checkpoint_on_notice},
                       {"job_restart", job_restart},
-                      {"shards", shards}};
+                      {"shards", shards},
+                      {"nccl", nccl}};
   j["max_staleness"] = max_staleness ? nlohmann::json(*max_staleness) : nlohmann::json(nullptr);
   return j;
 }
@@ -29,6 +30,7 @@ StrategyOptions StrategyOptions::fromJson(const nlohmann::json& j) {
   o.checkpoint_on_notice = j.value("checkpoint_on_notice", false);
   o.job_restart = j.value("job_restart", false);
   o.shards = j.value("shards", 1);
+  o.nccl = j.value("nccl", false);
   if (j.contains("max_staleness") && !j["max_staleness"].is_null()) o.max_staleness = j["max_staleness"].get<int>();
   return o;
 }

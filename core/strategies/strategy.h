@@ -44,6 +44,7 @@ struct StrategyOptions {
   bool job_restart = false;                // parameter_server on_server_failure: shard_restart | job_restart
   std::optional<int> max_staleness;        // parameter_server: nullopt = fully async, 0 = synchronous
   int shards = 1;                          // parameter_server: number of server shards
+  bool nccl = false;                       // mirrored: gradient all-reduce over NCCL on the GPU (transport: nccl)
 
   nlohmann::json toJson() const;
   static StrategyOptions fromJson(const nlohmann::json& j);

@@ -11,6 +11,10 @@
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
 #include "experiments/run/results.h"
+#include "chaosbed/config.h"
+#if CHAOSBED_HAVE_NCCL
+#include "transports/nccl/communicator.h"
+#endif
 
 namespace chaosbed::run {
 namespace {
@@ -27,15 +31,33 @@ void printProgress(FILE* out, const Progress& p, bool tty) {
   std::fflush(out);
 }
 
+// cluster.transport: nccl puts mirrored's gradient all-reduce on NCCL, one GPU per worker; refused up front,
+// never quietly replaced by UCX, when this build or machine cannot do it.
+Status checkNccl(const spec::ExperimentSpec& spec) {
+  if (spec.cluster.transport != spec::Transport::kNccl) return Status::ok();
+  for (const spec::StrategySpec& st : spec.strategies)
+    if (st.kind == spec::StrategyKind::kMirrored && st.backup_workers > 0)
+      return Status::invalidArgument("cluster.transport: nccl: strategy " + st.label +
+                                     " has backup_workers, which forward gradients over UCX; use transport: ucx");
+#if CHAOSBED_HAVE_NCCL
+  auto gpus = nccl::cudaDeviceCount();
+  if (!gpus.isOk()) return gpus.status().withContext("cluster.transport: nccl");
+  if (*gpus < spec.cluster.workers)
+    return Status::unavailable("cluster.transport: nccl: NCCL runs one worker per GPU; " +
+                               std::to_string(spec.cluster.workers) + " workers, " + std::to_string(*gpus) +
+                               " CUDA device(s) here");
+  return Status::ok();
+#else
+  return Status::unavailable("cluster.transport: nccl: this build has no NCCL (CUDA and NCCL were not found "
+                             "when it was configured)");
+#endif
+}
+
 }  // namespace
 
 Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options) {
   FILE* out = options.progress;
-  // Refused rather than quietly run over UCX: a result labelled nccl must have been measured over NCCL.
-  if (spec.cluster.transport == spec::Transport::kNccl)
-    return Status::unavailable(
-        "cluster.transport: nccl: the strategies exchange gradients over UCX only; the NCCL backend "
-        "(transports/nccl, GPU buffers, one GPU per rank) is not wired into them yet: use transport: ucx");
+  CHAOSBED_RETURN_IF_ERROR(checkNccl(spec));
   // Draw the chaos schedule once: every strategy meets the same faults at the same times.
   auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers}, {"ps", spec.cluster.servers}, {"evaluator", 1}});
   auto plan = chaos::drawPlan(spec.chaos.parsed, nodes, uint64_t(spec.seed), spec.training.time_limit_s);

@@ -70,6 +70,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
   nlohmann::json j = {{"experiment", spec.metadata.name},
                       {"seed", spec.seed},
                       {"target_accuracy", spec.training.target_accuracy},
+                      {"transport", spec::name(spec.cluster.transport)},
                       {"complete", complete},
                       {"strategies", strategies}};
   return writeTextAtomically(dir + "/summary.json", j.dump(2) + "\n");

@@ -69,6 +69,7 @@ StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::Strat
   o.job_restart = st.on_server_failure == spec::OnServerFailure::kJobRestart;
   o.max_staleness = st.max_staleness;
   o.shards = st.shards > 0 ? st.shards : s.cluster.servers;
+  o.nccl = o.kind == StrategyKind::kMirrored && s.cluster.transport == spec::Transport::kNccl;
   return o;
 }
 
@@ -182,6 +183,8 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   int aliveCount() const;
   int64_t totalWorkerSteps() const;
   void closeEpisodes(double t_s);
+  // Asynchronous training goes on without a lost worker: its episode closes once the workers stepped past it.
+  void closeWorkerEpisodes(int64_t worker_steps, double t_s);
   void recordRecovery(double seconds) {
     result_.recovery_seconds.push_back(seconds);
     ++result_.recoveries;
@@ -456,6 +459,20 @@ void Supervisor::readEvents() {
   }
 }
 
+void Supervisor::closeWorkerEpisodes(int64_t worker_steps, double t_s) {
+  // Seen while draining after the stop: the steps that closed it were taken before the stop.
+  if (stop_sent_) t_s = std::min(t_s, result_.wall_seconds);
+  std::lock_guard lock(mu_);
+  for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
+    if (it->worker && worker_steps > it->steps_at_failure) {
+      recordRecovery(std::max(0.0, t_s - it->since_s));
+      it = open_episodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Supervisor::closeEpisodes(double t_s) {
   std::lock_guard lock(mu_);
   for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
@@ -577,17 +594,7 @@ Result<StrategyResult> Supervisor::run() {
         for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
-      if (!mirrored_ && w.steps > last_steps) {
-        std::lock_guard lock(mu_);
-        for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
-          if (it->worker && w.steps > it->steps_at_failure) {
-            recordRecovery(std::max(0.0, t - it->since_s));
-            it = open_episodes_.erase(it);
-          } else {
-            ++it;
-          }
-        }
-      }
+      if (!mirrored_ && w.steps > last_steps) closeWorkerEpisodes(w.steps, t);
       if (ctx_.on_progress) {
         Progress p;
         p.label = strategy_.label;
@@ -605,13 +612,14 @@ Result<StrategyResult> Supervisor::run() {
       last_progress = SteadyClock::now();
     }
     if (!any_worker && !stop_sent_) {
-      bool replacement_due;
+      // Every worker is gone: the run is over when none of them is down awaiting a replacement (each one
+      // finished: max_steps), and goes on while one is (a crash, or chaos that will replace it).
+      bool worker_down = false;
       {
         std::lock_guard lock(mu_);
-        replacement_due = false;
-        for (const auto& [name, o] : down_) replacement_due |= name.rfind("worker-", 0) == 0 && (o.restart_at_s || o.awaiting_incarnation.has_value());
+        for (const auto& [name, o] : down_) worker_down |= name.rfind("worker-", 0) == 0;
       }
-      if (!replacement_due && !chaos_controller) requestStop("workers_ended");
+      if (!worker_down) requestStop("workers_ended");
     }
     if (stop_sent_) {
       if (!stopped_at) stopped_at = SteadyClock::now();
@@ -630,8 +638,10 @@ Result<StrategyResult> Supervisor::run() {
   readEvents();
   result_.workers = collectStats("worker", workers_);
   result_.servers = collectStats("ps", servers_);
-  exportMetrics(nullptr);
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
+  // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
+  if (!mirrored_) closeWorkerEpisodes(result_.workers.steps, result_.wall_seconds);
+  exportMetrics(nullptr);
   return result_;
 }
 

@@ -65,7 +65,9 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   // The pause is planned at 0.05 s: a strategy that trained past it must have met it.
   bool ran_past_fault = false;
   for (const auto& [label, s] : summary["strategies"].items()) ran_past_fault |= s["wall_seconds"].get<double>() > 0.5;
-  if (ran_past_fault) EXPECT_NE(events.find("\"chaos.applied\""), std::string::npos) << "the pause was not applied";
+  if (ran_past_fault) {
+    EXPECT_NE(events.find("\"chaos.applied\""), std::string::npos) << "the pause was not applied";
+  }
   EXPECT_NE(events.find("\"eval\""), std::string::npos);
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the run";
 }
@@ -97,23 +99,6 @@ TEST(RunExperiment, InvalidSpecExitsThreeWithLocation) {
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 3) << run.output();
   EXPECT_NE(run.output().find(spec + ":4:"), std::string::npos) << run.output();
-}
-
-// transport: nccl is valid in a spec but not yet used by the strategies: the run must refuse it (exit 4),
-// not measure UCX under the name nccl.
-TEST(RunExperiment, NcclTransportIsRefusedNotSilentlyReplaced) {
-  const std::string dir = testing::makeTempDir("nccl");
-  std::string text = readFile(scenario("tiny-synthetic.yaml"));
-  const size_t at = text.find("transport: ucx");
-  ASSERT_NE(at, std::string::npos);
-  text.replace(at, std::string("transport: ucx").size(), "transport: nccl");
-  std::ofstream(dir + "/nccl.yaml") << text;
-  testing::Command run({testing::chaosbedBinary(), "run", dir + "/nccl.yaml", "--out", dir + "/out"});
-  auto code = run.wait(deadlineIn(30s));
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 4) << run.output();
-  EXPECT_NE(run.output().find("cluster.transport: nccl"), std::string::npos) << run.output();
-  EXPECT_FALSE(fs::exists(dir + "/out/summary.json"));
 }
 
 }  // namespace

@@ -234,6 +234,8 @@ Status NcclCommunicator::checkBuffer(const char* op, const char* what, const voi
 Status NcclCommunicator::waitStream(const char* op, Deadline deadline) {
   Backoff backoff;
   for (;;) {
+    if (interrupt_)
+      if (Status verdict = interrupt_(); !verdict.isOk()) abort(verdict);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_.isOk()) return failure_.withContext(op);

@@ -95,6 +95,10 @@ class NcclCommunicator {
   void abort(const Status& why);
   // OK while usable, else the sticky status.
   Status status() const;
+  // A verdict the watchdog polls while a collective waits: a non-OK answer aborts the communicator with it
+  // (e.g. the UCX transport's loss of a member, known within milliseconds, where NCCL itself would wait for
+  // the deadline). Set it before the first collective, from the thread that runs them.
+  void setInterrupt(std::function<Status()> check) { interrupt_ = std::move(check); }
 
  private:
   NcclCommunicator(int rank, int size, uint64_t epoch, int device, cudaStream_t stream, ncclComm_t comm);
@@ -117,6 +121,7 @@ class NcclCommunicator {
   mutable std::mutex mu_;      // guards comm_ and failure_; held only for short NCCL/CUDA calls
   ncclComm_t comm_;            // GUARDED_BY(mu_); null once aborted or destroyed
   Status failure_;             // GUARDED_BY(mu_); sticky
+  std::function<Status()> interrupt_;
 };
 
 }  // namespace chaosbed::nccl

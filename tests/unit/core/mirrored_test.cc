@@ -23,61 +23,14 @@
 #include "core/runtime/control.h"
 #include "core/strategies/tags.h"
 #include "tests/testing/loopback_transport.h"
+#include "tests/testing/memory_store.h"
 
 namespace chaosbed {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A Store in memory: what the bootstrap server provides, without sockets.
-class MemoryStore : public Store {
- public:
-  Status set(const std::string& key, const std::string& value) override {
-    {
-      std::lock_guard lock(mu_);
-      map_[key] = value;
-    }
-    cv_.notify_all();
-    return Status::ok();
-  }
-  Result<std::string> get(const std::string& key, Deadline deadline) override {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return map_.count(key) > 0; }))
-      return Status::timeout("memory store: no key " + key);
-    return map_[key];
-  }
-  Result<int64_t> add(const std::string& key, int64_t delta) override {
-    int64_t v = 0;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = map_.find(key); it != map_.end()) v = std::stoll(it->second);
-      v += delta;
-      map_[key] = std::to_string(v);
-    }
-    cv_.notify_all();
-    return v;
-  }
-  Result<bool> contains(const std::string& key) override {
-    std::lock_guard lock(mu_);
-    return map_.count(key) > 0;
-  }
-  // Every event the nodes appended, as JSON.
-  std::vector<nlohmann::json> events(const std::string& prefix) {
-    std::lock_guard lock(mu_);
-    std::vector<nlohmann::json> out;
-    auto count = map_.find(prefix + "/events/count");
-    const int64_t n = count == map_.end() ? 0 : std::stoll(count->second);
-    for (int64_t i = 0; i < n; ++i)
-      if (auto it = map_.find(prefix + "/events/" + std::to_string(i)); it != map_.end())
-        out.push_back(nlohmann::json::parse(it->second));
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> map_;
-};
+using testing::MemoryStore;
 
 constexpr char kRun[] = "run";
 
