@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "experiments/report/report.h"
@@ -72,26 +73,54 @@ std::optional<double> ttaOf(const nlohmann::json& s) {
 
 struct Series {
   std::string name;  // the other axes' values
-  std::vector<std::pair<size_t, double>> points;  // (x index, ratio)
-  std::vector<bool> censored;
+  std::vector<std::pair<size_t, TtaRatio>> points;  // (x index, ratio), in x order
 };
 
+// One marker: a filled circle (exact), a triangle pointing the way the true ratio lies from a bound, or a
+// hollow circle (direction unknown).
+std::string marker(double x, double y, RatioKind kind, const char* color) {
+  char buf[320];
+  switch (kind) {
+    case RatioKind::kExact:
+      std::snprintf(buf, sizeof buf, "<circle class=\"exact\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" stroke=\"%s\" fill=\"%s\"/>\n",
+                    x, y, color, color);
+      break;
+    case RatioKind::kAtMost:
+      std::snprintf(buf, sizeof buf,
+                    "<path class=\"at-most\" d=\"M%.1f,%.1f L%.1f,%.1f L%.1f,%.1f Z M%.1f,%.1f V%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"1.5\" fill=\"%s\"/>\n",
+                    x - 6, y - 5, x + 6, y - 5, x, y + 5, x, y + 5, y + 14, color, color);
+      break;
+    case RatioKind::kAtLeast:
+      std::snprintf(buf, sizeof buf,
+                    "<path class=\"at-least\" d=\"M%.1f,%.1f L%.1f,%.1f L%.1f,%.1f Z M%.1f,%.1f V%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"1.5\" fill=\"%s\"/>\n",
+                    x - 6, y + 5, x + 6, y + 5, x, y - 5, x, y - 5, y - 14, color, color);
+      break;
+    case RatioKind::kUnknown:
+      std::snprintf(buf, sizeof buf,
+                    "<circle class=\"unknown\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" stroke=\"%s\" stroke-width=\"1.5\" fill=\"#fff\"/>\n",
+                    x, y, color);
+      break;
+  }
+  return buf;
+}
+
 std::string crossoverSvg(const std::string& xname, const std::vector<std::string>& xvalues,
-                         const std::vector<Series>& series, const std::string& ps, const std::string& mirrored,
-                         std::vector<std::string>* crossings) {
-  // x: numeric (log when it spans 100x and is positive) or categorical.
+                         const std::vector<Series>& series, const std::optional<TtaRatio>& baseline,
+                         const std::string& ps, const std::string& mirrored, std::vector<std::string>* crossings) {
+  // x: numeric (log when logAxis) or categorical.
   std::vector<std::optional<double>> xs;
-  bool numeric = true;
+  bool numeric = !xvalues.empty();
   for (const auto& v : xvalues) {
     xs.push_back(asNumber(v));
     numeric = numeric && xs.back().has_value();
   }
-  bool logx = false;
+  const bool logx = logAxis(xvalues);
   double xmin = 0, xmax = double(std::max<size_t>(1, xvalues.size() - 1));
-  if (numeric && !xs.empty()) {
+  if (numeric) {
     xmin = **std::min_element(xs.begin(), xs.end());
     xmax = **std::max_element(xs.begin(), xs.end());
-    logx = xmin > 0 && xmax / xmin >= 100;
     if (xmax == xmin) xmax = xmin + 1;
   }
   auto xcoord = [&](size_t i) -> double {
@@ -102,11 +131,16 @@ std::string crossoverSvg(const std::string& xname, const std::vector<std::string
   const double cx1 = numeric ? (logx ? std::log10(xmax) : xmax) : xmax;
   double ymax = 2;
   for (const auto& s : series)
-    for (const auto& [i, r] : s.points) ymax = std::max(ymax, r * 1.1);
-  const double W = 760, H = 420, L = 70, R = 30, T = 40, B = 60, pw = W - L - R, ph = H - T - B;
-  auto X = [&](double c) { return L + pw * (cx1 == cx0 ? 0.5 : (c - cx0) / (cx1 - cx0)); };
+    for (const auto& [i, r] : s.points) ymax = std::max(ymax, r.value * 1.1);
+  if (baseline) ymax = std::max(ymax, baseline->value * 1.1);
+  std::set<RatioKind> kinds;
+  for (const auto& s : series)
+    for (const auto& [i, r] : s.points) kinds.insert(r.kind);
+  // The plot area leaves a margin inside the frame so that end points and their markers stay clear of it.
+  const double W = 760, H = 460, L = 70, R = 30, T = 40, B = 100, pw = W - L - R, ph = H - T - B, inset = 24;
+  auto X = [&](double c) { return L + inset + (pw - 2 * inset) * (cx1 == cx0 ? 0.5 : (c - cx0) / (cx1 - cx0)); };
   auto Y = [&](double r) { return T + ph * (1 - r / ymax); };
-  char buf[256];
+  char buf[512];
   std::ostringstream o;
   o << "<svg class=\"crossover\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -115,7 +149,10 @@ std::string crossoverSvg(const std::string& xname, const std::vector<std::string
     << ") / TTA(" << report::htmlEscape(mirrored) << "): below 1, the parameter server reaches the target first</text>\n";
   o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\" fill=\"none\" stroke=\"#444\"/>\n";
   for (size_t i = 0; i < xvalues.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", X(xcoord(i)), T + ph + 16);
+    std::snprintf(buf, sizeof buf, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", X(xcoord(i)),
+                  X(xcoord(i)), T + ph, T + ph + 4);
+    o << buf;
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", X(xcoord(i)), T + ph + 17);
     o << buf << report::htmlEscape(xvalues[i]) << "</text>\n";
   }
   for (double r = 0; r <= ymax + 1e-9; r += ymax > 6 ? 1 : 0.5) {
@@ -126,7 +163,19 @@ std::string crossoverSvg(const std::string& xname, const std::vector<std::string
                 "<line class=\"parity\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-dasharray=\"6 4\"/>\n",
                 L, L + pw, Y(1), Y(1));
   o << buf;
-  o << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 24 << "\" text-anchor=\"middle\">" << report::htmlEscape(xname)
+  if (baseline) {
+    std::snprintf(buf, sizeof buf,
+                  "<line class=\"baseline\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
+                  "stroke-dasharray=\"2 3\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">no chaos "
+                  "(baseline): %s%.2f</text>\n",
+                  L, L + pw, Y(baseline->value), Y(baseline->value), L + pw - 6,
+                  // Label on the side away from the parity line, which may be close.
+                  Y(baseline->value) + (baseline->value < 1 ? 14 : -5),
+                  baseline->kind == RatioKind::kAtMost ? "&lt;= " : baseline->kind == RatioKind::kAtLeast ? "&gt;= " : "",
+                  baseline->value);
+    o << buf;
+  }
+  o << "<text x=\"" << L + pw / 2 << "\" y=\"" << T + ph + 36 << "\" text-anchor=\"middle\">" << report::htmlEscape(xname)
     << (logx ? " (log scale)" : "") << "</text>\n";
   o << "<text transform=\"translate(16," << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">TTA ratio</text>\n";
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
@@ -135,40 +184,58 @@ std::string crossoverSvg(const std::string& xname, const std::vector<std::string
     const char* color = colors[k % std::size(colors)];
     std::ostringstream pts;
     for (const auto& [i, r] : s.points) {
-      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(xcoord(i)), Y(r));
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(xcoord(i)), Y(r.value));
       pts << buf;
     }
     o << "<polyline class=\"ratio\" data-series=\"" << report::htmlEscape(s.name) << "\" fill=\"none\" stroke=\"" << color
       << "\" stroke-width=\"2\" points=\"" << pts.str() << "\"/>\n";
-    for (size_t p = 0; p < s.points.size(); ++p) {
-      std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" stroke=\"%s\" fill=\"%s\"/>\n",
-                    X(xcoord(s.points[p].first)), Y(s.points[p].second), color, s.censored[p] ? "#fff" : color);
-      o << buf;
-    }
-    for (size_t p = 1; p < s.points.size(); ++p) {
-      const double r0 = s.points[p - 1].second, r1 = s.points[p].second;
-      if ((r0 - 1) * (r1 - 1) >= 0 && !(r1 == 1 && r0 != 1)) continue;
-      const double c0 = xcoord(s.points[p - 1].first), c1 = xcoord(s.points[p].first);
-      const double c = c0 + (c1 - c0) * (1 - r0) / (r1 - r0);
-      std::snprintf(buf, sizeof buf,
-                    "<g class=\"crossing\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                    "stroke-dasharray=\"3 3\"/><circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"%s\" "
-                    "stroke-width=\"2\"/></g>\n",
-                    X(c), X(c), T, T + ph, color, X(c), Y(1), color);
-      o << buf;
-      const double xv = numeric ? (logx ? std::pow(10, c) : c) : c;
-      std::snprintf(buf, sizeof buf, "%s: ratio crosses 1 (%s) between %s=%s and %s (at about %g%s)",
-                    s.name.c_str(), r1 < 1 ? "parameter server overtakes" : "mirrored overtakes", xname.c_str(),
-                    xvalues[s.points[p - 1].first].c_str(), xvalues[s.points[p].first].c_str(), xv,
-                    numeric ? "" : ", interpolated index");
-      crossings->push_back(buf);
+    for (const auto& [i, r] : s.points) o << marker(X(xcoord(i)), Y(r.value), r.kind, color);
+    // A crossing lies between two neighbouring points on decided, opposite sides of 1; undecided points in
+    // between (weak bounds, unknown direction) do not place it.
+    const std::pair<size_t, TtaRatio>* prev = nullptr;
+    for (const auto& point : s.points) {
+      if (point.second.side() == 0) continue;
+      if (prev && prev->second.side() != point.second.side()) {
+        const double r0 = prev->second.value, r1 = point.second.value;
+        const double c0 = xcoord(prev->first), c1 = xcoord(point.first);
+        const double c = c0 + (c1 - c0) * (1 - r0) / (r1 - r0);
+        std::snprintf(buf, sizeof buf,
+                      "<g class=\"crossing\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                      "stroke-dasharray=\"3 3\"/><circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"%s\" "
+                      "stroke-width=\"2\"/></g>\n",
+                      X(c), X(c), T, T + ph, color, X(c), Y(1), color);
+        o << buf;
+        const bool bound = prev->second.kind != RatioKind::kExact || point.second.kind != RatioKind::kExact;
+        const double xv = numeric ? (logx ? std::pow(10, c) : c) : c;
+        std::snprintf(buf, sizeof buf, "%s: ratio crosses 1 (%s) between %s=%s and %s (at about %g%s%s)", s.name.c_str(),
+                      point.second.side() < 0 ? "parameter server overtakes" : "mirrored overtakes", xname.c_str(),
+                      xvalues[prev->first].c_str(), xvalues[point.first].c_str(), xv,
+                      numeric ? (logx ? ", log-interpolated" : "") : ", interpolated index",
+                      bound ? ", interpolated from a bound" : "");
+        crossings->push_back(buf);
+      }
+      prev = &point;
     }
     std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", L + 8, T + 14 + 14 * double(k),
                   color, report::htmlEscape(s.name).c_str());
     o << buf;
   }
-  o << "<text x=\"" << L << "\" y=\"" << H - 6
-    << "\" fill=\"#666\">hollow marker: some runs did not reach the target (censored TTA, mean over the runs that did)</text>\n";
+  // Legend of the marker kinds present, two columns under the axis title.
+  std::vector<std::pair<RatioKind, std::string>> legend;
+  if (kinds.count(RatioKind::kExact)) legend.emplace_back(RatioKind::kExact, "every run reached the target");
+  if (kinds.count(RatioKind::kAtMost))
+    legend.emplace_back(RatioKind::kAtMost, mirrored + " did not reach the target: ratio <= shown");
+  if (kinds.count(RatioKind::kAtLeast)) legend.emplace_back(RatioKind::kAtLeast, ps + " did not: ratio >= shown");
+  if (kinds.count(RatioKind::kUnknown))
+    legend.emplace_back(RatioKind::kUnknown, "both missed it in some runs: direction unknown");
+  for (size_t k = 0; k < legend.size(); ++k) {
+    const double x = k % 2 ? L + pw / 2 : L, y = T + ph + 58 + 18 * double(k / 2);
+    o << "<g class=\"legend\">" << marker(x + 6, y - 4, legend[k].first, "#444");
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\">", x + 18, y);
+    o << buf << report::htmlEscape(legend[k].second) << "</text></g>\n";
+  }
+  o << "<text x=\"" << L << "\" y=\"" << H - 8
+    << "\" fill=\"#666\">Mean TTA over the runs; an unreached run counts as the time limit (a lower bound on its TTA).</text>\n";
   o << "</svg>\n";
   return o.str();
 }
@@ -230,13 +297,16 @@ double tQuantile95(int df) {
   return z + (z * z * z + z) / (4 * d) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * d * d);
 }
 
-TtaStats ttaStats(const std::vector<std::optional<double>>& ttas) {
+TtaStats ttaStats(const std::vector<std::optional<double>>& ttas, double time_limit_s) {
   TtaStats s;
   std::vector<double> v;
+  double restricted_sum = 0;
   for (const auto& t : ttas) {
     ++s.runs;
     if (t) v.push_back(*t);
+    restricted_sum += t ? *t : time_limit_s;
   }
+  if (s.runs) s.restricted_mean = restricted_sum / s.runs;
   s.reached = int(v.size());
   if (v.empty()) return s;
   double sum = 0;
@@ -251,6 +321,53 @@ TtaStats ttaStats(const std::vector<std::optional<double>>& ttas) {
     s.ci_high = s.mean + half;
   }
   return s;
+}
+
+const char* ratioKindName(RatioKind kind) {
+  switch (kind) {
+    case RatioKind::kExact: return "exact";
+    case RatioKind::kAtMost: return "at_most";
+    case RatioKind::kAtLeast: return "at_least";
+    case RatioKind::kUnknown: return "unknown";
+  }
+  return "unknown";
+}
+
+int TtaRatio::side() const {
+  const bool below = value < 1, above = value > 1;
+  switch (kind) {
+    case RatioKind::kExact: return below ? -1 : above ? 1 : 0;
+    case RatioKind::kAtMost: return below ? -1 : 0;
+    case RatioKind::kAtLeast: return above ? 1 : 0;
+    case RatioKind::kUnknown: return 0;
+  }
+  return 0;
+}
+
+std::optional<TtaRatio> ttaRatio(const TtaStats& ps, const TtaStats& mirrored) {
+  if (ps.runs == 0 || mirrored.runs == 0 || (ps.reached == 0 && mirrored.reached == 0)) return std::nullopt;
+  const bool ps_censored = ps.reached < ps.runs, m_censored = mirrored.reached < mirrored.runs;
+  // A censored strategy's restricted mean is a lower bound on its mean TTA.
+  const double num = ps_censored ? ps.restricted_mean : ps.mean;
+  const double den = m_censored ? mirrored.restricted_mean : mirrored.mean;
+  if (!(den > 0)) return std::nullopt;
+  const RatioKind kind = ps_censored && m_censored ? RatioKind::kUnknown
+                         : m_censored              ? RatioKind::kAtMost
+                         : ps_censored             ? RatioKind::kAtLeast
+                                                   : RatioKind::kExact;
+  return TtaRatio{num / den, kind};
+}
+
+bool logAxis(const std::vector<std::string>& xvalues) {
+  if (xvalues.empty()) return false;
+  double lo = 0, hi = 0;
+  for (size_t i = 0; i < xvalues.size(); ++i) {
+    const auto v = asNumber(xvalues[i]);
+    if (!v || *v <= 0) return false;
+    lo = i ? std::min(lo, *v) : *v;
+    hi = i ? std::max(hi, *v) : *v;
+  }
+  return hi / lo > 10;
 }
 
 bool pointComplete(const std::string& dir) {
@@ -314,12 +431,16 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   csv << "row,group,point,baseline,seed";
   for (const auto& a : axes) csv << "," << csvField(a);
   csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
-         "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high\n";
+         "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,ratio_ps_over_mirrored,"
+         "ratio_kind\n";
   std::vector<std::string> groups;
   std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
   std::map<std::string, const PlannedPoint*> group_point;
-  for (const PlannedPoint& p : plan) {
-    if (!by_group.count(p.group)) groups.push_back(p.group), group_point[p.group] = &p;
+  std::map<std::string, double> group_limit;  // where an unreached run is censored
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedPoint& p = plan[i];
+    if (!by_group.count(p.group))
+      groups.push_back(p.group), group_point[p.group] = &p, group_limit[p.group] = specs[i].training.time_limit_s;
     auto& g = by_group[p.group];
     const nlohmann::json summary = readSummary(options.out_dir + "/points/" + p.id);
     const bool complete = summary.is_object() && summary.value("complete", false);
@@ -337,15 +458,20 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       }
       csv << "," << csvField(label) << "," << (complete ? 1 : 0) << "," << (tta ? fmt(*tta) : "") << ","
           << (tta ? 1 : 0) << "," << fmt(s.value("final_accuracy", 0.0)) << "," << fmt(s.value("idle_fraction", 0.0))
-          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,\n";
+          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,,,,\n";
     }
   }
   std::map<std::string, std::map<std::string, TtaStats>> stats;
+  std::map<std::string, std::optional<TtaRatio>> ratios;
+  for (const auto& group : groups) {
+    for (const auto& label : labels) stats[group][label] = ttaStats(by_group[group][label], group_limit[group]);
+    if (!ps_label.empty() && !m_label.empty()) ratios[group] = ttaRatio(stats[group][ps_label], stats[group][m_label]);
+  }
   for (const auto& group : groups) {
     const PlannedPoint& p = *group_point[group];
+    const std::optional<TtaRatio>& ratio = ratios[group];
     for (const auto& label : labels) {
-      const TtaStats st = ttaStats(by_group[group][label]);
-      stats[group][label] = st;
+      const TtaStats& st = stats[group][label];
       csv << "summary," << csvField(group) << ",," << (p.baseline ? 1 : 0) << ",";
       for (const auto& a : axes) {
         auto it = std::find_if(p.overrides.begin(), p.overrides.end(), [&](const auto& o) { return o.first == a; });
@@ -353,7 +479,8 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       }
       csv << "," << csvField(label) << ",,,,,,,," << st.runs << "," << st.reached << "," << fmt(st.censoredFraction())
           << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.ci_low) : "") << ","
-          << (st.reached ? fmt(st.ci_high) : "") << "\n";
+          << (st.reached ? fmt(st.ci_high) : "") << "," << (st.runs ? fmt(st.restricted_mean) : "") << ","
+          << (ratio ? fmt(ratio->value) : "") << "," << (ratio ? ratioKindName(ratio->kind) : "") << "\n";
     }
   }
   CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/sweep.csv", csv.str()));
@@ -361,23 +488,29 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   if (!axes.empty() && !ps_label.empty() && !m_label.empty()) {
     const auto& first = base.sweep->grid.front();
     std::vector<Series> series;
+    std::vector<std::string> baseline_groups;
     for (const auto& group : groups) {
       const PlannedPoint& p = *group_point[group];
-      if (p.baseline) continue;
+      if (p.baseline) {
+        baseline_groups.push_back(group);
+        continue;
+      }
       std::string rest;
       for (size_t a = 1; a < p.overrides.size(); ++a) rest += (rest.empty() ? "" : " ") + p.overrides[a].first + "=" + p.overrides[a].second;
       if (rest.empty()) rest = "all points";
       auto it = std::find_if(series.begin(), series.end(), [&](const Series& s) { return s.name == rest; });
-      if (it == series.end()) series.push_back({rest, {}, {}}), it = series.end() - 1;
+      if (it == series.end()) series.push_back({rest, {}}), it = series.end() - 1;
       const size_t xi = std::find(first.values.begin(), first.values.end(), p.overrides[0].second) - first.values.begin();
-      const TtaStats& ps = stats[group][ps_label];
-      const TtaStats& m = stats[group][m_label];
-      if (ps.reached == 0 || m.reached == 0 || m.mean <= 0) continue;
-      it->points.emplace_back(xi, ps.mean / m.mean);
-      it->censored.push_back(ps.reached < ps.runs || m.reached < m.runs);
+      if (ratios[group]) it->points.emplace_back(xi, *ratios[group]);
     }
+    for (Series& s : series)
+      std::stable_sort(s.points.begin(), s.points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // One baseline (a grid over chaos parameters only) is a reference for every point; several (one per
+    // value of a non-chaos axis) would each belong to their own series, which the plot does not draw.
+    const std::optional<TtaRatio> baseline = baseline_groups.size() == 1 ? ratios[baseline_groups[0]] : std::nullopt;
     CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(
-        options.out_dir + "/crossover.svg", crossoverSvg(first.path, first.values, series, ps_label, m_label, &out.crossings)));
+        options.out_dir + "/crossover.svg",
+        crossoverSvg(first.path, first.values, series, baseline, ps_label, m_label, &out.crossings)));
   }
   return out;
 }

@@ -6,17 +6,26 @@
 //   points/<id>/     one runExperiment results directory per point (run/results.h)
 //   sweep.csv        one "point" row per (point, strategy), then one "summary" row per (grid point or
 //                    baseline, strategy): runs, reached, censored_fraction, mean TTA and its 95% CI
-//   crossover.svg    TTA(parameter_server) / TTA(mirrored) against the first swept variable
+//                    (plus the restricted mean and the point's TTA ratio and its kind, see below)
+//   crossover.svg    TTA(parameter_server) / TTA(mirrored) against the first swept variable, with the no-chaos
+//                    baseline's ratio as a reference line when there is one baseline
 //
 // Point ids are stable (a function of the overrides and the seed only), so a rerun of the same spec finds
 // the points it already finished: a point whose points/<id>/summary.json says "complete": true is not run
 // again; any other point directory is cleared and run afresh. Baseline points remove the chaos section and keep the grid's non-chaos overrides (so a grid over
 // cluster.workers gets a baseline per worker count; a grid over chaos parameters gets one per seed).
 //
-// Unreached targets (censored TTA): a run that stops before the target has no TTA. Mean and CI are over
-// the runs that reached it; the censored fraction is reported beside them, and the crossover plot draws a
-// ratio that rests on censored runs as a hollow marker (the true ratio is then uncertain in direction).
+// Unreached targets (censored TTA): a run that stops before the target has no TTA; its TTA is at least the
+// time limit. Mean and CI are over the runs that reached it, with the censored fraction beside them; the
+// restricted mean counts every unreached run as the time limit, so it is a lower bound on the strategy's
+// mean TTA. The crossover ratio TTA(parameter_server) / TTA(mirrored) uses the plain means when no run of
+// either strategy was censored; otherwise the restricted mean of a censored strategy, which turns the ratio
+// into a bound (mirrored censored: ratio <= shown; parameter server censored: ratio >= shown). Crossover
+// detection trusts a bound only on its decisive side (a "<=" bound below 1 is below 1, one above 1 says
+// nothing). When both strategies have censored runs the direction is unknown (hollow marker, not used for
+// crossings); when neither reached the target at all there is no ratio.
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -60,9 +69,32 @@ struct TtaStats {
   double mean = 0;     // over runs that reached the target; meaningless when reached == 0
   double ci_low = 0;   // mean -/+ t * sd / sqrt(n); equal to mean when reached == 1
   double ci_high = 0;
+  double restricted_mean = 0;  // over all runs, an unreached run counting as the time limit
   double censoredFraction() const { return runs ? double(runs - reached) / runs : 0; }
 };
-TtaStats ttaStats(const std::vector<std::optional<double>>& ttas);
+// `time_limit_s`: the value an unreached run (nullopt) counts as in restricted_mean.
+TtaStats ttaStats(const std::vector<std::optional<double>>& ttas, double time_limit_s);
+
+// TTA(parameter_server) / TTA(mirrored) at one grid point, with censoring as described above.
+enum class RatioKind : uint8_t {
+  kExact,    // every run of both strategies reached the target
+  kAtMost,   // mirrored has unreached runs: the true ratio is <= value
+  kAtLeast,  // the parameter server has unreached runs: the true ratio is >= value
+  kUnknown,  // both have unreached runs: value is the ratio of restricted means, direction unknown
+};
+const char* ratioKindName(RatioKind kind);  // exact, at_most, at_least, unknown
+struct TtaRatio {
+  double value = 0;
+  RatioKind kind = RatioKind::kExact;
+  // -1 decisively below 1, +1 decisively above, 0 undecided (a bound on its weak side, unknown, exactly 1).
+  int side() const;
+};
+// nullopt when a strategy has no runs or neither reached the target in any run.
+std::optional<TtaRatio> ttaRatio(const TtaStats& ps, const TtaStats& mirrored);
+
+// The x axis of the crossover plot is logarithmic when every swept value is a positive number and they span
+// more than a factor of 10.
+bool logAxis(const std::vector<std::string>& xvalues);
 
 struct SweepOptions {
   std::string spec_path;

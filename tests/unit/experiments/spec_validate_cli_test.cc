@@ -1,4 +1,5 @@
-// `chaosbed validate`: output and exit codes, run in-process through the subcommand's entry point.
+// `chaosbed validate`: output and exit codes for experiment specs and suite files, run in-process through
+// the subcommand's entry point.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,8 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kScenarios =
-    fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "experiments" / "scenarios";
+const fs::path kExperiments = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "experiments";
+const fs::path kScenarios = kExperiments / "scenarios";
 
 struct Outcome {
   int code;
@@ -77,6 +78,41 @@ TEST_F(ValidateCli, MissingFileExits3WithAClearMessage) {
   Outcome o = runValidate({missing});
   EXPECT_EQ(o.code, kExitInvalidSpec);
   EXPECT_EQ(o.err, missing + ": cannot read: No such file or directory\n");
+}
+
+TEST_F(ValidateCli, SuiteFilesAreValidatedAsSuites) {
+  const std::string nightly = (kExperiments / "suites" / "nightly.yaml").string();
+  const std::string spec = (kScenarios / "default.yaml").string();
+  Outcome o = runValidate({nightly, spec});
+  EXPECT_EQ(o.code, kExitPass) << o.err;
+  EXPECT_EQ(o.out, "ok: " + nightly + "\nok: " + spec + "\n");
+  EXPECT_EQ(o.err, "");
+}
+
+TEST_F(ValidateCli, InvalidSuiteListsItsOwnErrorsAndThoseOfItsScenarioSpecsAndExits3) {
+  const std::string baseline = (kScenarios / "baseline.yaml").string();
+  const std::string bad_spec = write("bad.yaml",
+                                     "apiVersion: chaosbed/v1alpha1\nkind: Experiment\nmetadata: {name: x}\n"
+                                     "cluster: {wokers: 4}\nstrategies: [{name: mirrored}]\n");
+  const std::string suite = write("suite.yaml", "apiVersion: chaosbed/v1alpha1\nkind: Suite\nmetadata: {name: bad}\n"
+                                                "scenarios:\n"
+                                                "  - spec: " + baseline + "\n"
+                                                "    asert: [reached_target]\n"
+                                                "  - spec: " + baseline + "\n"
+                                                "    name: second\n"
+                                                "    assert:\n"
+                                                "      - tta_seconds < fast\n"
+                                                "  - spec: bad.yaml\n"
+                                                "    assert: [reached_target]\n");
+  Outcome o = runValidate({suite});
+  EXPECT_EQ(o.code, kExitInvalidSpec);
+  EXPECT_EQ(o.out, "");
+  EXPECT_EQ(o.err, suite + ":6:5: scenarios[0].asert: unknown field (did you mean 'assert'?)\n" + suite +
+                       ":5:5: scenarios[0].assert: missing required field\n" + suite +
+                       ":10:23: scenarios[1].assert[0]: expected a number after '<' in 'tta_seconds < fast'\n" + suite +
+                       ":11:5: scenarios[2].spec: scenario 'bad.yaml' is not a valid experiment spec (2 problem(s) "
+                       "below)\n" + bad_spec + ":4:11: cluster.wokers: unknown field (did you mean 'workers'?)\n" +
+                       bad_spec + ":4:10: cluster.workers: missing required field\n");
 }
 
 TEST_F(ValidateCli, NoArgumentsIsAUsageError) {

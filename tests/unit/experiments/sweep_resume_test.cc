@@ -1,5 +1,6 @@
 // Sweeps with a fake point runner: the plan (grid x seeds + baselines, stable ids), resume (complete points
-// are not rerun), sweep.csv statistics with censored TTAs, and the crossover plot.
+// are not rerun), sweep.csv statistics with censored TTAs, and the crossover plot: censored ratios as bounds
+// that decide crossings only on their decisive side, and the log x axis.
 
 #include <gtest/gtest.h>
 
@@ -25,10 +26,10 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-// tiny-synthetic with a sweep over the pause duration (a chaos parameter) and two seeds.
-std::string writeSweepSpec(const std::string& dir) {
+// tiny-synthetic (time limit 15 s) with a sweep over the pause duration (a chaos parameter) and two seeds.
+std::string writeSweepSpec(const std::string& dir, const std::string& durations = "[1, 2, 4]") {
   std::string text = readFile(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
-  text += "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: [1, 2, 4]\n  seeds: [1, 2]\n";
+  text += "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: " + durations + "\n  seeds: [1, 2]\n";
   const std::string path = dir + "/sweep.yaml";
   std::ofstream(path) << text;
   return path;
@@ -163,7 +164,131 @@ TEST(Sweep, CsvHasMeanCiAndCensoredFractionAndThePlotMarksTheCrossing) {
   ASSERT_EQ(r->crossings.size(), 1u);
   EXPECT_NE(r->crossings[0].find("parameter server overtakes"), std::string::npos) << r->crossings[0];
   EXPECT_NE(r->crossings[0].find("=1 and 2"), std::string::npos) << r->crossings[0];
+  EXPECT_EQ(r->crossings[0].find("from a bound"), std::string::npos) << r->crossings[0];
+  // The durations span 4x: a linear axis.
+  EXPECT_EQ(svg.find("(log scale)"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// Mirrored misses the target in some runs from a pause of 0.5 s on, and in every run from 2 s; the parameter
+// server reaches it until 8 s, where neither does. Time limit 15 s.
+class CensoringRunner {
+ public:
+  Result<bool> operator()(const spec::ExperimentSpec& spec, const std::string& dir) {
+    const YAML::Node& chaos = spec.chaos.yaml;
+    const double pause = chaos && chaos["faults"] ? chaos["faults"][0]["duration_s"].as<double>() : 0;
+    const bool m_reached = pause < 0.5 || (pause < 2 && spec.seed == 1);
+    const nlohmann::json none(nullptr);
+    nlohmann::json strategies = {
+        {"mirrored", {{"kind", "mirrored"}, {"tta_seconds", m_reached ? nlohmann::json(5.0) : none}}},
+        {"parameter_server",
+         {{"kind", "parameter_server"}, {"tta_seconds", pause < 8 ? nlohmann::json(spec.seed == 1 ? 7.0 : 9.0) : none}}}};
+    fs::create_directories(dir);
+    std::ofstream(dir + "/summary.json") << nlohmann::json{{"complete", true}, {"strategies", strategies}}.dump();
+    return true;
+  }
+};
+
+TEST(Sweep, CensoredRatiosAreBoundsThatPlaceTheCrossingOnALogAxis) {
+  const std::string dir = ::testing::TempDir() + "/sweep-censored-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SweepOptions options;
+  options.spec_path = writeSweepSpec(dir, "[0.1, 0.5, 2, 8]");
+  options.out_dir = dir + "/out";
+  options.progress = nullptr;
+  auto r = runSweep(options, CensoringRunner());
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+
+  const std::string csv = readFile(dir + "/out/sweep.csv");
+  EXPECT_NE(csv.find(",tta_restricted_mean,ratio_ps_over_mirrored,ratio_kind\n"), std::string::npos) << csv;
+  std::map<std::string, std::string> summary_rows;  // "duration/strategy" -> line
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("summary,", 0) != 0) continue;
+    std::vector<std::string> cols;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cols.push_back(c);
+    summary_rows[cols[5] + "/" + cols[6]] = line;
+  }
+  // 0.1: both reached in every run: 8 / 5.
+  EXPECT_NE(summary_rows["0.1/mirrored"].find(",5.000,1.600,exact"), std::string::npos) << summary_rows["0.1/mirrored"];
+  // 0.5: mirrored reached in one run of two: restricted mean (5 + 15) / 2 = 10, ratio <= 8 / 10.
+  EXPECT_NE(summary_rows["0.5/mirrored"].find(",2,1,0.500,5.000,5.000,5.000,10.000,0.800,at_most"), std::string::npos)
+      << summary_rows["0.5/mirrored"];
+  // 2: mirrored never: ratio <= 8 / 15.
+  EXPECT_NE(summary_rows["2/parameter_server"].find(",8.000,0.533,at_most"), std::string::npos)
+      << summary_rows["2/parameter_server"];
+  // 8: neither reached the target: no ratio.
+  EXPECT_NE(summary_rows["8/parameter_server"].find(",2,0,1.000,,,,15.000,,"), std::string::npos)
+      << summary_rows["8/parameter_server"];
+
+  ASSERT_EQ(r->crossings.size(), 1u);
+  EXPECT_NE(r->crossings[0].find("parameter server overtakes"), std::string::npos) << r->crossings[0];
+  EXPECT_NE(r->crossings[0].find("=0.1 and 0.5"), std::string::npos) << r->crossings[0];
+  EXPECT_NE(r->crossings[0].find("from a bound"), std::string::npos) << r->crossings[0];
+
+  const std::string svg = readFile(dir + "/out/crossover.svg");
+  EXPECT_NE(svg.find("(log scale)"), std::string::npos);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<circle class=\"exact\""), 2u);     // 0.1 and the legend
+  EXPECT_EQ(count("<path class=\"at-most\""), 3u);     // 0.5, 2 and the legend
+  EXPECT_EQ(count("<path class=\"at-least\""), 0u);
+  EXPECT_NE(svg.find("mirrored did not reach the target: ratio &lt;= shown"), std::string::npos);
+  EXPECT_EQ(svg.find("parameter_server did not"), std::string::npos) << "no such point, no legend entry";
+  // The no-chaos baseline (pause 0: 8 / 5) is drawn as a reference.
+  EXPECT_NE(svg.find("no chaos (baseline): 1.60"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, RatioKindsAndTheirSides) {
+  const TtaStats exact_fast = ttaStats({4.0, 6.0}, 15), exact_slow = ttaStats({10.0, 14.0}, 15);
+  const TtaStats half = ttaStats({5.0, std::nullopt}, 15), never = ttaStats({std::nullopt, std::nullopt}, 15);
+  EXPECT_DOUBLE_EQ(half.restricted_mean, 10);
+  EXPECT_DOUBLE_EQ(never.restricted_mean, 15);
+
+  auto r = ttaRatio(exact_fast, exact_slow);  // both reached: 5 / 12
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, RatioKind::kExact);
+  EXPECT_DOUBLE_EQ(r->value, 5.0 / 12);
+  EXPECT_EQ(r->side(), -1);
+
+  r = ttaRatio(exact_slow, half);  // mirrored censored: 12 / 10 is an upper bound above 1: undecided
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, RatioKind::kAtMost);
+  EXPECT_DOUBLE_EQ(r->value, 1.2);
+  EXPECT_EQ(r->side(), 0);
+  EXPECT_EQ(ttaRatio(exact_fast, never)->side(), -1);  // <= 5 / 15
+
+  r = ttaRatio(never, exact_fast);  // parameter server censored: >= 15 / 5
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, RatioKind::kAtLeast);
+  EXPECT_DOUBLE_EQ(r->value, 3);
+  EXPECT_EQ(r->side(), 1);
+  EXPECT_EQ(ttaRatio(half, exact_slow)->side(), 0);  // >= 10 / 12 says nothing about the side of 1
+
+  r = ttaRatio(half, never);  // both censored: no direction
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, RatioKind::kUnknown);
+  EXPECT_EQ(r->side(), 0);
+  EXPECT_FALSE(ttaRatio(never, never));
+  EXPECT_FALSE(ttaRatio(TtaStats{}, exact_fast));
+  EXPECT_STREQ(ratioKindName(RatioKind::kAtMost), "at_most");
+}
+
+TEST(Sweep, LogAxisForPositiveValuesSpanningMoreThanTenfold) {
+  EXPECT_TRUE(logAxis({"0.05", "0.15", "0.5", "1.5", "4.5"}));
+  EXPECT_TRUE(logAxis({"1", "11"}));
+  EXPECT_FALSE(logAxis({"1", "10"}));
+  EXPECT_FALSE(logAxis({"1", "2", "4"}));
+  EXPECT_FALSE(logAxis({"0", "1", "100"}));
+  EXPECT_FALSE(logAxis({"-1", "100"}));
+  EXPECT_FALSE(logAxis({"0.1", "fast"}));
+  EXPECT_FALSE(logAxis({}));
 }
 
 TEST(Sweep, TQuantileMatchesTheTable) {
@@ -171,12 +296,13 @@ TEST(Sweep, TQuantileMatchesTheTable) {
   EXPECT_DOUBLE_EQ(tQuantile95(10), 2.228);
   EXPECT_NEAR(tQuantile95(60), 2.000, 0.002);
   EXPECT_NEAR(tQuantile95(1000), 1.962, 0.002);
-  TtaStats s = ttaStats({10.0, std::nullopt, 14.0});
+  TtaStats s = ttaStats({10.0, std::nullopt, 14.0}, 50);
   EXPECT_EQ(s.runs, 3);
   EXPECT_EQ(s.reached, 2);
   EXPECT_DOUBLE_EQ(s.mean, 12);
   EXPECT_NEAR(s.censoredFraction(), 1.0 / 3, 1e-12);
   EXPECT_NEAR(s.ci_high - s.mean, 12.706 * std::sqrt(8.0) / std::sqrt(2.0), 1e-9);
+  EXPECT_NEAR(s.restricted_mean, (10.0 + 50 + 14) / 3, 1e-12);
 }
 
 }  // namespace
