@@ -180,6 +180,10 @@ int runNodeProcess(const NodeLaunch& launch) {
   ucx.size = c.workers + c.servers + 1;
   ucx.prefix = c.prefix;
   ucx.connect_timeout = std::chrono::milliseconds(int64_t(c.connect_timeout_s * 1000));
+  // A parameter-server worker talks to the servers only: under churn, connecting to the other workers would
+  // only meet dead incarnations' stale records.
+  if (c.strategy.kind == StrategyKind::kParameterServer && launch.role == "worker")
+    for (int s = 0; s < c.servers; ++s) ucx.peers.push_back(c.workers + s);
   auto ucx_transport = createUcxTransport(**store, ucx);
   if (!ucx_transport.isOk()) {
     LOG(ERROR) << node << ": " << ucx_transport.status().toString();
@@ -203,13 +207,17 @@ int runNodeProcess(const NodeLaunch& launch) {
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
   LinkCommandWatcher link_watcher(control, *transport, c);
 
-  NodeContext ctx{*transport, control, accounting, c.training, c.strategy};
-  ctx.rank = *rank;
-  ctx.workers = c.workers;
-  ctx.servers = c.servers;
-  ctx.checkpoint_dir = c.checkpoint_dir;
-  ctx.preempt_notice = &g_preempt_notice;
-  ctx.data = data ? &*data : nullptr;
+  NodeContext ctx{.transport = *transport,
+                  .control = control,
+                  .accounting = accounting,
+                  .config = c.training,
+                  .strategy = c.strategy,
+                  .rank = *rank,
+                  .workers = c.workers,
+                  .servers = c.servers,
+                  .checkpoint_dir = c.checkpoint_dir,
+                  .preempt_notice = &g_preempt_notice,
+                  .data = data ? &*data : nullptr};
 
   Status result;
   if (launch.role == "evaluator") {

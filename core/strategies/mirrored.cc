@@ -113,6 +113,7 @@ class MirroredWorker {
   Status joinFirst(bool& stopped);
   Status enterGeneration(const Membership& m);
   Status rendezvous(const Membership& m);
+  Status reconnectMember(int peer, int64_t generation);
   Status syncState(bool rolled_back, int64_t pre_rollback_step, const Membership& m);
   Status recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped, const std::string& reason);
   Status switchGeneration(int64_t generation, bool& stopped);
@@ -327,7 +328,7 @@ Status MirroredWorker::enterGeneration(const Membership& m) {
     if (p == me_) continue;
     const bool fresh = contains(m.joined, p) || (in_generation_ && !contains(old_members, p));
     if (fresh || !ctx_.transport.peerStatus(p).isOk()) {
-      Status s = ctx_.transport.reconnect(p, collectiveDeadline());
+      Status s = reconnectMember(p, m.generation);
       if (!s.isOk()) return s.withContext("mirrored: reconnecting to rank " + std::to_string(p));
     }
   }
@@ -345,6 +346,21 @@ Status MirroredWorker::enterGeneration(const Membership& m) {
     rolled_back = true;
   }
   return syncState(rolled_back, pre_rollback_step, m);
+}
+
+// A member lost since the generation was published may have no successor yet, or none ever (elastic then drops
+// it in a newer generation): wait for one in short slices, and leave as soon as the generation is superseded
+// or the run stops, instead of holding this member for collective_timeout_s.
+Status MirroredWorker::reconnectMember(int peer, int64_t generation) {
+  const Deadline deadline = collectiveDeadline();
+  for (;;) {
+    Status s = ctx_.transport.reconnect(peer, std::min(deadline, deadlineIn(kMembershipPoll)));
+    if (s.isOk() || !isPeerFailure(s) || SteadyClock::now() >= deadline) return s;
+    if (ctx_.control.latestGeneration() > generation || ctx_.control.stopRequested())
+      return Status::aborted("mirrored: generation " + std::to_string(generation) + " was superseded or stopped before rank " +
+                                 std::to_string(peer) + " was reachable",
+                             peer);
+  }
 }
 
 // No member may send in a generation before every member has reconnected to the new incarnations in it (a

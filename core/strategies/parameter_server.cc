@@ -66,6 +66,11 @@ struct PsReplyHeader {
 };
 static_assert(sizeof(PsReplyHeader) == 40);
 
+// A request whose worker process cannot be reached (PsServer::retryUnreached): how often to look for its
+// process again, and when to drop it.
+constexpr auto kRetryUnreached = 100ms;
+constexpr auto kGiveUpUnreached = 5s;
+
 constexpr Tag kPsRequestTag = strategyTag(StrategyMessage::kPsRequest, 0, 0);
 Tag psReplyTag(int64_t seq) { return strategyTag(StrategyMessage::kPsReply, 0, seq); }
 
@@ -129,7 +134,8 @@ class PsServer {
   };
 
   Status restore();
-  void onRequest(int worker);
+  void onRequest(int worker, std::span<const std::byte> msg);
+  void retryUnreached();
   bool live(int worker) const { return ctx_.transport.peerStatus(worker).isOk(); }
   int64_t minLiveClock() const;
   void releaseReady();
@@ -155,6 +161,13 @@ class PsServer {
   std::vector<uint32_t> incarnations_; // the newest incarnation seen per worker
   std::vector<int64_t> pulled_;
   std::deque<Pending> held_;           // replies waiting for the staleness bound / the round
+  // The first request of a worker process this server could not reach yet, by worker (retryUnreached).
+  struct Unreached {
+    std::vector<std::byte> request;
+    SteadyClock::time_point next_try;
+    SteadyClock::time_point give_up;
+  };
+  std::map<int, Unreached> unreached_;
   uint64_t failures_seen_ = 0;
   std::vector<std::byte> snapshot_;
   RequestPtr snapshot_req_;
@@ -265,27 +278,28 @@ void PsServer::releaseReady() {
   }
 }
 
-void PsServer::onRequest(int worker) {
+void PsServer::onRequest(int worker, std::span<const std::byte> msg) {
   const int64_t arrived = monoNs();
   PsRequestHeader h;
-  std::memcpy(&h, request_buf_.data(), sizeof h);
+  if (msg.size() >= sizeof h) std::memcpy(&h, msg.data(), sizeof h);
   const size_t expected = h.op == uint32_t(PsOp::kPushPull) ? range_.count : 0;
   if (worker < 0 || worker >= ctx_.workers || size_t(h.count) != expected ||
-      request_->receivedBytes() != sizeof h + expected * sizeof(float)) {
+      msg.size() != sizeof h + expected * sizeof(float)) {
     LOG(WARNING) << "ps-" << shard_ << ": malformed request from rank " << worker << " (op " << h.op << ", "
-                 << h.count << " floats, " << request_->receivedBytes() << " bytes)";
+                 << h.count << " floats, " << msg.size() << " bytes)";
     return;
   }
+  // A dead predecessor's request met after its successor's: nobody waits for the reply.
+  if (h.incarnation < incarnations_[size_t(worker)]) return;
   if (h.incarnation > incarnations_[size_t(worker)]) {
     // A new (or replacement) worker: talk to its current process, and let it start level with the others.
-    if (incarnations_[size_t(worker)] > 0 || !ctx_.transport.peerStatus(worker).isOk()) {
-      // A replacement published before it sent this, so reconnecting is quick. A request that a worker sent
-      // just before it died would wait here for a replacement that may be seconds away, with every other
-      // worker held up behind it: drop it after a short wait instead.
-      if (Status s = ctx_.transport.reconnect(worker, deadlineIn(500ms)); !s.isOk()) {
-        LOG(WARNING) << "ps-" << shard_ << ": reconnect to worker " << worker << ": " << s.toString();
-        return;
-      }
+    // One whose predecessor this server saw die is reached through its record, published before it sent
+    // this: one look suffices. Nothing newer published means the sender itself has died since (its
+    // successor may be seconds away): the request is set aside, and the others are served meanwhile.
+    if (!ctx_.transport.peerStatus(worker).isOk() && !ctx_.transport.reconnect(worker, SteadyClock::now()).isOk()) {
+      const auto now = SteadyClock::now();
+      unreached_[worker] = {std::vector<std::byte>(msg.begin(), msg.end()), now + kRetryUnreached, now + kGiveUpUnreached};
+      return;
     }
     incarnations_[size_t(worker)] = h.incarnation;
     int64_t level = 0;
@@ -308,7 +322,7 @@ void PsServer::onRequest(int worker) {
   p.bound_since_ns = arrived;
   p.applied_version = version_;
   if (h.op == uint32_t(PsOp::kPushPull)) {
-    std::span<const float> grad(reinterpret_cast<const float*>(request_buf_.data() + sizeof h), range_.count);
+    std::span<const float> grad(reinterpret_cast<const float*>(msg.data() + sizeof h), range_.count);
     const auto& bound = ctx_.strategy.max_staleness;
     if (bound && *bound == 0) {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
@@ -332,6 +346,31 @@ void PsServer::onRequest(int worker) {
   }
   held_.push_back(p);
   releaseReady();
+}
+
+// A set-aside request is served once its worker's current process is reached (its successor came up, or a
+// look at a slow store succeeds now), and dropped when nobody came for kGiveUpUnreached: its sender is gone.
+void PsServer::retryUnreached() {
+  const auto now = SteadyClock::now();
+  for (auto it = unreached_.begin(); it != unreached_.end();) {
+    const int worker = it->first;
+    Unreached& u = it->second;
+    if (!ctx_.transport.peerStatus(worker).isOk() && now < u.next_try) {
+      ++it;
+      continue;
+    }
+    if (ctx_.transport.peerStatus(worker).isOk() || ctx_.transport.reconnect(worker, now).isOk()) {
+      const std::vector<std::byte> request = std::move(u.request);
+      it = unreached_.erase(it);
+      onRequest(worker, request);
+    } else if (now >= u.give_up) {
+      LOG(INFO) << "ps-" << shard_ << ": dropped a request of worker " << worker << ", whose process is gone";
+      it = unreached_.erase(it);
+    } else {
+      u.next_try = now + kRetryUnreached;
+      ++it;
+    }
+  }
 }
 
 void PsServer::maybeSnapshot() {
@@ -396,13 +435,14 @@ Status PsServer::run() {
   while (!ctx_.control.stopRequested()) {
     ctx_.transport.progress(deadlineIn(20ms));
     if (request_->isComplete()) {
-      if (request_->status().isOk()) onRequest(request_->source());
+      if (request_->status().isOk()) onRequest(request_->source(), std::span(request_buf_.data(), request_->receivedBytes()));
       request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
     }
     if (uint64_t f = ctx_.transport.failureCount(); f != failures_seen_) {
       failures_seen_ = f;
       releaseReady();  // a dead worker no longer holds the others back
     }
+    retryUnreached();
     maybeSnapshot();
     maybeCheckpoint(false);
   }

@@ -56,13 +56,18 @@ void ControlMesh::wake() {
 }
 
 Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPort& at, Deadline deadline) {
+  // A refused or reset connection means the process is gone; a deadline that passed says nothing about it.
   auto fd = net::connectTcp(at, deadline, /*retry=*/false);
-  if (!fd.isOk())
-    return Status::peerLost(peer, "control connection to rank " + std::to_string(peer) + " at " + at.toString() +
-                                      ": " + fd.status().message());
+  if (!fd.isOk()) {
+    const std::string what = "control connection to rank " + std::to_string(peer) + " at " + at.toString() + ": " +
+                             fd.status().message();
+    return fd.status().code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
+  }
   std::string hello = encodeHello(rank_, incarnation_);
-  if (Status s = net::writeAll(fd->get(), std::as_bytes(std::span(hello)), deadline); !s.isOk())
-    return Status::peerLost(peer, "control hello to rank " + std::to_string(peer) + ": " + s.message());
+  if (Status s = net::writeAll(fd->get(), std::as_bytes(std::span(hello)), deadline); !s.isOk()) {
+    const std::string what = "control hello to rank " + std::to_string(peer) + ": " + s.message();
+    return s.code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
+  }
   auto conn = std::make_unique<Conn>();
   conn->fd = std::move(fd).value();
   conn->peer = peer;

@@ -30,7 +30,8 @@ class ControlMesh {
   ~ControlMesh();  // stops the watcher, then closes every connection (peers see EOF)
 
   const net::HostPort& address() const { return address_; }
-  // Dials the listener of (peer, incarnation) at `at`, says hello, and watches the connection.
+  // Dials the listener of (peer, incarnation) at `at`, says hello, and watches the connection. PeerLost when
+  // the process is gone (refused, reset), Timeout when the deadline passed first.
   Status dial(int peer, uint64_t peer_incarnation, const net::HostPort& at, Deadline deadline);
   // Whether some connection identified as (peer, incarnation) is still open.
   bool alive(int peer, uint64_t incarnation) const;

@@ -35,6 +35,8 @@ constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
 constexpr auto kMaxSleep = std::chrono::milliseconds(2);
 // progress() polls without yielding this long first: a small message's round trip is a few microseconds.
 constexpr auto kBusySpin = std::chrono::microseconds(10);
+// The least time a control connection to a published peer gets, whatever the caller's deadline.
+constexpr auto kMinDial = std::chrono::milliseconds(500);
 
 std::string ucsText(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -119,7 +121,8 @@ class UcxTransport final : public Transport {
   Status publish();
   // Looks up peer's record (waiting for an incarnation >= min_incarnation), creates its endpoint and
   // control connection.
-  Status connectPeer(int peer, uint64_t min_incarnation, Deadline deadline);
+  // `published` (optional) says whether such a record was found.
+  Status connectPeer(int peer, uint64_t min_incarnation, Deadline deadline, bool* published = nullptr);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -132,6 +135,12 @@ class UcxTransport final : public Transport {
   void failPeer(int peer, const Status& why) override;
   Status reconnect(int peer, Deadline deadline) override;
 
+  // A peer this rank does not talk to unless asked: it reads as lost until reconnect() reaches it.
+  void leaveUnconnected(int peer) {
+    std::lock_guard lock(worker_mu_);
+    markFailed(peer, Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " not connected; reconnect() to reach it"),
+               /*routine=*/true);
+  }
   void cancelOp(const OpPtr& op);
   void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info);
 
@@ -139,7 +148,8 @@ class UcxTransport final : public Transport {
   struct Peer {
     ucp_ep_h ep = nullptr;                    // GUARDED_BY(worker_mu_)
     std::atomic<uint64_t> incarnation{0};     // the incarnation the endpoint talks to; 0 before connect
-    std::atomic<uint64_t> lost_incarnation{0};  // the last incarnation whose process the control mesh saw die
+    std::atomic<uint64_t> lost_incarnation{0};  // the last incarnation found dead (control mesh EOF, or
+                                                // unreachable when connecting): reconnect() wants a later one
     Status failure;                           // GUARDED_BY(state_mu_)
   };
 
@@ -168,6 +178,7 @@ class UcxTransport final : public Transport {
   bool markFailed(int peer, const Status& why, bool routine = false);
   // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
   void sweepLocked(int peer, bool crashed = true);
+  void closeEndpointLocked(int peer);
   void onControlLost(int peer, uint64_t incarnation, bool orderly);
   void wakeSleepers();
   void shutdown();
@@ -276,7 +287,7 @@ Status UcxTransport::publish() {
   return store_.set(recordKey(options_.prefix, rank_), encodeRecord(self)).withContext("ucx: publish rank " + std::to_string(rank_));
 }
 
-Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline deadline) {
+Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline deadline, bool* published) {
   const std::string key = recordKey(options_.prefix, peer);
   PeerRecord record;
   auto backoff = std::chrono::milliseconds(1);
@@ -294,33 +305,53 @@ Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline de
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
   }
+  if (published != nullptr) *published = true;
+  uint64_t previous;
   {
     std::lock_guard lock(worker_mu_);
+    closeEndpointLocked(peer);
     Peer& p = peers_[peer];
-    if (p.ep != nullptr) {
-      ucp_request_param_t close{};
-      close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* req = ucp_ep_close_nbx(p.ep, &close);
-      if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
-      p.ep = nullptr;
-    }
     ucp_ep_params_t ep_params{};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep_params.address = reinterpret_cast<const ucp_address_t*>(record.worker_address.data());
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // see the header: peer loss comes from the control mesh
     if (ucs_status_t st = ucp_ep_create(worker_, &ep_params, &p.ep); st != UCS_OK) {
+      // A dead process's record: its shared-memory segments are gone (shmat fails), its sockets refuse.
       p.ep = nullptr;
-      return Status::peerLost(peer, "ucx: ucp_ep_create to rank " + std::to_string(peer) + ": " + ucsText(st));
+      p.lost_incarnation.store(record.incarnation);
+      return Status::peerLost(peer, "ucx: ucp_ep_create to rank " + std::to_string(peer) + " (incarnation " +
+                                        std::to_string(record.incarnation) + "): " + ucsText(st));
     }
+    // Before the dial: a loss the watcher reports from now on is matched to this incarnation.
+    previous = p.incarnation.exchange(record.incarnation);
   }
-  if (peer != rank_) CHAOSBED_RETURN_IF_ERROR(mesh_->dial(peer, record.incarnation, record.control, deadline));
-  peers_[peer].incarnation.store(record.incarnation);
+  if (peer == rank_) return Status::ok();
+  // The record is there: a caller's short deadline (one look, no waiting for a successor) must not turn
+  // the local connect into a verdict on the peer.
+  Status dialled = mesh_->dial(peer, record.incarnation, record.control, std::max(deadline, deadlineIn(kMinDial)));
+  // A process that died before or during the dial (its EOF may have been reported before the incarnation was
+  // stored, and ignored) is marked lost, so that reconnect() waits for its successor instead of reusing it.
+  if (dialled.isOk() && !mesh_->alive(peer, record.incarnation))
+    dialled = Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " (incarnation " +
+                                         std::to_string(record.incarnation) + ") exited while connecting");
+  if (!dialled.isOk()) {
+    // Lost: never this incarnation again. A dial that ran out of time leaves it for the next attempt.
+    if (dialled.code() == StatusCode::kPeerLost) {
+      peers_[peer].lost_incarnation.store(record.incarnation);
+    } else {
+      peers_[peer].incarnation.store(previous);
+    }
+    std::lock_guard lock(worker_mu_);
+    closeEndpointLocked(peer);
+    return dialled;
+  }
   return Status::ok();
 }
 
 void UcxTransport::shutdown() {
   if (mesh_) mesh_->stop();  // our own teardown must not be reported as peer failures
+  // Operations UCX still holds stay alive until the worker is gone: destroying it may complete them.
+  std::vector<OpPtr> held_until_destroyed;
   if (worker_ != nullptr) {
     std::unique_lock lock(worker_mu_);
     std::vector<OpPtr> ops;
@@ -341,8 +372,13 @@ void UcxTransport::shutdown() {
       if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
       p.ep = nullptr;
     }
+    // A receive UCX still holds although it was matched (one cancelled or failed mid-transfer) would be
+    // written into by further progress, and its owner may have freed the buffer since: then skip the flush.
+    // Losing our last in-flight sends to peers is better than corrupting memory.
+    bool receive_held = false;
+    for (auto& op : ops) receive_held |= !op->is_send && op->ucx_req != nullptr && !op->ucx_done;
     Deadline flush_deadline = deadlineIn(std::chrono::seconds(1));
-    for (;;) {
+    while (!receive_held) {
       ucp_worker_progress(worker_);
       std::erase_if(closing_, [](void* req) {
         if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
@@ -357,10 +393,12 @@ void UcxTransport::shutdown() {
       if (!op->done) finish(op.get(), *op->forced);
     pending_.clear();  // UCX frees its remaining requests with the worker
     lock.unlock();
+    held_until_destroyed = std::move(ops);
   }
   if (mesh_) mesh_->sayGoodbye();
   mesh_.reset();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  held_until_destroyed.clear();
   if (context_ != nullptr) ucp_cleanup(context_);
   worker_ = nullptr;
   context_ = nullptr;
@@ -584,6 +622,18 @@ bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
   return true;
 }
 
+void UcxTransport::closeEndpointLocked(int peer) {
+  Peer& p = peers_[peer];
+  if (p.ep == nullptr) return;
+  // Force-close: UCX completes the sends still on the endpoint (UCS_ERR_CANCELED) without talking to the peer.
+  ucp_request_param_t close{};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ucp_ep_close_nbx(p.ep, &close);
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  p.ep = nullptr;
+}
+
 void UcxTransport::sweepLocked(int peer, bool crashed) {
   const Status sticky = peerStatus(peer);
   std::vector<OpPtr> ops;
@@ -593,15 +643,7 @@ void UcxTransport::sweepLocked(int peer, bool crashed) {
     if (!op->forced) op->forced = sticky;
     if (!op->is_send && op->ucx_req != nullptr && !op->ucx_done) ucp_request_cancel(worker_, op->ucx_req);
   }
-  if (Peer& p = peers_[peer]; p.ep != nullptr) {
-    // Force-close: UCX completes the sends still on the endpoint (UCS_ERR_CANCELED) without talking to the peer.
-    ucp_request_param_t close{};
-    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* req = ucp_ep_close_nbx(p.ep, &close);
-    if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
-    p.ep = nullptr;
-  }
+  closeEndpointLocked(peer);
   for (auto& op : ops)
     if (!op->done.load()) finish(op.get(), *op->forced);  // UCX still holds it: released when UCX finishes
 
@@ -648,15 +690,23 @@ void UcxTransport::wakeSleepers() {
 Status UcxTransport::reconnect(int peer, Deadline deadline) {
   if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: reconnect: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
   if (peer == rank_) return Status::invalidArgument("ucx: reconnect: rank " + std::to_string(peer) + " is this rank");
-  const uint64_t current = peers_[peer].incarnation.load();
+  Peer& p = peers_[peer];
+  const uint64_t current = p.incarnation.load();
+  const uint64_t lost = p.lost_incarnation.load();
   // The process we talked to may still be alive (failed by a cancel or the control plane): it may be
-  // reconnected as it is. Otherwise wait for its replacement's record.
-  const bool gone = peers_[peer].lost_incarnation.load() == current || !mesh_->alive(peer, current);
-  const uint64_t wanted = gone ? current + 1 : current;
+  // reconnected as it is. Otherwise wait for its replacement's record. A record whose process was found dead
+  // (at start-up, or by an earlier attempt) is never used again: only a later incarnation will do.
+  const bool gone = lost == current || !mesh_->alive(peer, current);
+  const uint64_t wanted = std::max(gone ? current + 1 : current, lost + 1);
   CHAOSBED_RETURN_IF_ERROR(connectPeer(peer, wanted, deadline));
   {
+    // The new incarnation may have died already; its loss then stands (onControlLost stores lost_incarnation
+    // before it takes state_mu_ to mark the failure).
     std::lock_guard lock(state_mu_);
-    peers_[peer].failure = Status::ok();
+    if (p.lost_incarnation.load() == p.incarnation.load())
+      return Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " (incarnation " +
+                                        std::to_string(p.incarnation.load()) + ") exited while reconnecting");
+    p.failure = Status::ok();
   }
   LOG(INFO) << "ucx rank " << rank_ << ": reconnected to rank " << peer << " (incarnation "
             << peers_[peer].incarnation.load() << ")";
@@ -701,12 +751,21 @@ Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOpt
   auto transport = std::make_unique<UcxTransport>(store, options, incarnation);
   CHAOSBED_RETURN_IF_ERROR(transport->init());
   CHAOSBED_RETURN_IF_ERROR(transport->publish());
+  std::vector<bool> eager(size_t(options.size), options.peers.empty());
+  for (int peer : options.peers)
+    if (peer >= 0 && peer < options.size) eager[size_t(peer)] = true;
+  eager[size_t(options.rank)] = true;
   for (int peer = 0; peer < options.size; ++peer) {
-    Status s = transport->connectPeer(peer, 0, deadline);
+    if (!eager[size_t(peer)]) {
+      transport->leaveUnconnected(peer);
+      continue;
+    }
+    bool published = false;
+    Status s = transport->connectPeer(peer, 0, deadline, &published);
     if (s.isOk()) continue;
     // A peer that never published is a set-up failure. One that published but is unreachable died (a
     // replacement starts while another node is down): it reads as lost until it is replaced (reconnect).
-    if (peer == options.rank || s.code() == StatusCode::kTimeout || s.code() == StatusCode::kInvalidArgument ||
+    if (peer == options.rank || !published || s.code() == StatusCode::kInvalidArgument ||
         s.code() == StatusCode::kDataLoss)
       return s;
     transport->failPeer(peer, s.code() == StatusCode::kPeerLost ? s : Status::peerLost(peer, s.toString()));

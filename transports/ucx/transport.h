@@ -3,7 +3,7 @@
 //
 // Wire-up. Each rank publishes under "<prefix>/ucx/<rank>" in the bootstrap Store a record with its
 // incarnation, its UCP worker address and the host:port of its control listener, then looks up every peer's
-// record and creates one UCP endpoint per peer (itself included). A replacement process under the same rank
+// record (or those UcxOptions::peers names) and creates one UCP endpoint per peer (itself included). A replacement process under the same rank
 // publishes a record with a larger incarnation (by default drawn from the store counter
 // "<prefix>/ucx/<rank>/incarnation"), which is how survivors tell it apart from its dead predecessor.
 //
@@ -35,6 +35,9 @@
 // abandons the peer's endpoint, as Request::cancel documents). When UCX cannot recall an operation that a
 // failure or cancel() ends (a rendezvous receive already matched), the request completes with the sticky
 // status at once and UCX's request is released when UCX finishes it.
+// Reconnect never reuses a dead incarnation: a record whose process was found dead (its control connection
+// closed, or its endpoint or control listener unreachable, e.g. a stale shared-memory id) is skipped, and
+// reconnect() waits for a later incarnation's record.
 // Known limit: messages the dead incarnation sent that are still unmatched stay in UCX's unexpected queue
 // and can match a receive posted after reconnect().
 
@@ -42,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transports/bootstrap/store.h"
 #include "transports/transport.h"
@@ -55,6 +59,10 @@ struct UcxOptions {
   std::string prefix = "chaosbed";
   // Bounds the whole of createUcxTransport (publishing, looking up every peer, control connections).
   std::chrono::milliseconds connect_timeout{30000};
+  // Ranks to connect at creation (this rank always); empty: every rank. The others read as PeerLost until
+  // reconnect() reaches them: a parameter-server worker talks to the servers only, and connecting to the
+  // other workers would only meet their dead incarnations' stale records under churn.
+  std::vector<int> peers;
   // Identifies this process among the processes that have held `rank`; must grow with each replacement.
   // Negative: draw the next value from the store counter "<prefix>/ucx/<rank>/incarnation".
   int64_t incarnation = -1;
