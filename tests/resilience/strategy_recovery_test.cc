@@ -269,13 +269,17 @@ TEST_P(StrategyRecovery, KilledNodeRecoversAndTargetIsReached) {
     expectShardRestored(run);
     const double stop_t = run.all("run.stop")[0]["t"].get<double>();
     double waited = 0;
+    int resumed = 0;
     for (const char* w : {"worker-0", "worker-1"}) {
       auto detected = run.all("failure_detected", w);
-      EXPECT_TRUE(!detected.empty() && detected[0]["t"].get<double>() < stop_t) << w << " did not notice the lost server";
+      ASSERT_TRUE(!detected.empty() && detected[0]["t"].get<double>() < stop_t) << w << " did not notice the lost server";
       auto recovered = run.all("recovered", w);
-      ASSERT_FALSE(recovered.empty()) << w << " did not resume after the server came back";
-      waited += recovered[0]["seconds"].get<double>();
+      // On a fast machine the other worker can reach the target before this one is back: then it waited
+      // until the stop.
+      waited += recovered.empty() ? stop_t - detected[0]["t"].get<double>() : recovered[0]["seconds"].get<double>();
+      resumed += recovered.empty() ? 0 : 1;
     }
+    EXPECT_GE(resumed, 1) << "no worker resumed after the server came back";
     EXPECT_GE(run.idle("server"), 0.5 * waited) << "the workers waited " << waited << " s for the server";
     EXPECT_EQ(run.idle("recovery"), 0);
   } else if (policy == "ps_job_restart") {
