@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
+#include <ctime>
+#include <functional>
 
 #include "core/metrics/prometheus_scrape.h"
 #include "tests/integration/observability_test_util.h"
@@ -146,6 +149,48 @@ json promQuery(const std::string& prom, const std::string& q) {
 
 double sampleValue(const json& r) { return std::stod(r["value"][1].get<std::string>()); }
 
+// `data` of a Prometheus API GET (/api/v1/targets, /api/v1/rules), or null.
+json promApi(const std::string& prom, const std::string& path) {
+  auto body = httpGet(prom, path, deadlineIn(10s));
+  if (!body.isOk()) return nullptr;
+  json j = json::parse(*body, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") return nullptr;
+  return j["data"];
+}
+
+// Seconds since the epoch of an RFC 3339 time as Prometheus writes it ("2026-12-01T07:30:01.123456789Z");
+// NaN for anything else (its "never" is year 1, which also compares as earlier than any real time).
+double rfc3339Seconds(const std::string& text) {
+  std::tm tm{};
+  const char* rest = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!rest) return std::nan("");
+  double seconds = double(timegm(&tm));
+  if (*rest == '.') {
+    char* end = nullptr;
+    seconds += std::strtod(rest, &end);
+    rest = end;
+  }
+  return std::string(rest) == "Z" ? seconds : std::nan("");
+}
+
+// The active target scraping `addr` (empty until service discovery hands it to the scrape manager).
+json promTarget(const std::string& prom, const std::string& addr) {
+  const json data = promApi(prom, "/api/v1/targets");
+  if (data.is_object())
+    for (const json& t : data.value("activeTargets", json::array()))
+      if (t.value("scrapeUrl", "").find(addr) != std::string::npos) return t;
+  return json::object();
+}
+
+// Polls Prometheus's API (its own state, not a clock) until `ready` holds or the deadline passes.
+bool awaitProm(const std::function<bool()>& ready, Deadline deadline) {
+  while (!ready()) {
+    if (SteadyClock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
 TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   std::string why;
   if (!runnable(&why)) GTEST_SKIP() << why;
@@ -178,12 +223,36 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
                 "--web.listen-address=" + prom});
   ASSERT_TRUE(server.waitForLine("Server is ready to receive web requests", deadlineIn(60s))) << server.output();
 
+  // "Ready" is not "scraping": Prometheus's discovery manager hands static targets to the scrape manager on
+  // its first update, up to 5 s later. A run started before that loses its start to Prometheus (the cause of
+  // this test's old flake: only the last second of the run was scraped, and the goodput rule then saw no
+  // counter change). Wait until Prometheus has attempted its first scrape of the run's address.
+  ASSERT_TRUE(awaitProm([&] { return promTarget(prom, addr).value("health", "unknown") != "unknown"; }, deadlineIn(60s)))
+      << "Prometheus never tried to scrape " << addr << ":\n" << server.output();
+
   ChaosbedRun run(dir.path() / "results", addr);
   ASSERT_EQ(run.waitForAddress(), addr) << "no metrics line from chaosbed run:\n" << run.child().output();
 
   auto rc = run.child().waitExit(deadlineIn(120s));
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 0) << run.child().output();
+
+  // Every value the run exported is stored once a scrape after its exit failed; the recording rules have seen
+  // them once a rule evaluation started after that scrape.
+  double down_at = 0;
+  ASSERT_TRUE(awaitProm([&] {
+    const json t = promTarget(prom, addr);
+    if (t.value("health", "") != "down") return false;
+    down_at = rfc3339Seconds(t.value("lastScrape", ""));
+    return std::isfinite(down_at);
+  }, deadlineIn(30s))) << "Prometheus never saw the run's endpoint go away: " << promTarget(prom, addr).dump();
+  ASSERT_TRUE(awaitProm([&] {
+    const json data = promApi(prom, "/api/v1/rules");
+    if (!data.is_object()) return false;
+    for (const json& g : data.value("groups", json::array()))
+      if (g.value("name", "") == "chaosbed.recording") return rfc3339Seconds(g.value("lastEvaluation", "")) > down_at;
+    return false;
+  }, deadlineIn(30s))) << "the recording rules were not evaluated after the run ended";
 
   // The target is gone now, so its series are stale: look back over the run.
   const json up = promQuery(prom, "max_over_time(up{job=\"chaosbed\"}[10m])");
@@ -224,6 +293,7 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   for (const json& r : goodput)
     if (!std::isnan(sampleValue(r))) best_goodput = std::max(best_goodput, sampleValue(r));
   EXPECT_GT(best_goodput, 0) << goodput.dump();
+  std::printf("[observability] goodput from Prometheus: %s\n", goodput.dump().c_str());
   EXPECT_TRUE(server.terminate(deadlineIn(30s)).has_value());
 }
 
