@@ -7,7 +7,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
   # transports
-  libucx-dev ucx-utils
+  libucx-dev ucx-utils libssl-dev
   # core
   libgflags-dev libgoogle-glog-dev libopenblas-dev libopenblas0-pthread zlib1g-dev
   # experiments and observability

@@ -54,9 +54,9 @@ Status ControlChannel::event(const std::string& type, nlohmann::json fields) {
   fields["node"] = node_;
   fields["incarnation"] = incarnation_;
   fields["t"] = start_ns_ ? elapsed() : 0.0;
-  auto n = store_.add(key("events/count"), 1);
-  if (!n.isOk()) return n.status();
-  return store_.set(key("events/" + std::to_string(*n - 1)), fields.dump());
+  // One atomic append: a node killed at any instant leaves the whole event or nothing, never a hole.
+  auto n = store_.append(key("events"), fields.dump());
+  return n.isOk() ? Status::ok() : n.status();
 }
 
 Status ControlChannel::noticeReceived() {

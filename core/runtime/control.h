@@ -9,7 +9,8 @@
 //   ready/<node>#<incarnation>    node        "1" once its transport is up (the controller waits on it)
 //   start                         controller  realtime ns of the start of training (t0 of TTA)
 //   stats/<node>#<incarnation>    node        NodeStats JSON, cumulative, refreshed ~2x per second
-//   events/count, events/<i>      node        append-only JSON events (recovery, rollback, checkpoint, ...)
+//   events (a list)               node        JSON events (recovery, rollback, checkpoint, ...), one atomic
+//                                             append each (Store::append), read in order with readList
 //   membership/<g>                controller  Membership JSON of generation g (g = 0, 1, ...)
 //   stop                          controller  reason; nodes finish the current step and exit 0
 //   notice/<node>#<incarnation>   node        a preemption notice (SIGTERM) was received

@@ -32,6 +32,7 @@ void onSigterm(int) { g_preempt_notice.store(true, std::memory_order_relaxed); }
 
 struct NodeConfig {
   std::string store;
+  std::string secret_file;  // the run's Secret (a 0600 file of the controller's)
   std::string prefix;
   int workers = 1;
   int servers = 0;
@@ -48,6 +49,7 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
     auto j = nlohmann::json::parse(in);
     NodeConfig c;
     c.store = j.at("store").get<std::string>();
+    c.secret_file = j.at("secret_file").get<std::string>();
     c.prefix = j.at("prefix").get<std::string>();
     c.workers = j.at("workers").get<int>();
     c.servers = j.value("servers", 0);
@@ -159,7 +161,12 @@ int runNodeProcess(const NodeLaunch& launch) {
 
   const Deadline connect_deadline = deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(c.connect_timeout_s)));
-  auto store = connectStore(c.store, connect_deadline);
+  auto secret = Secret::readFile(c.secret_file);
+  if (!secret.isOk()) {
+    LOG(ERROR) << node << ": " << secret.status().toString();
+    return kExitBadConfig;
+  }
+  auto store = connectStore(c.store, *secret, connect_deadline);
   if (!store.isOk()) {
     LOG(ERROR) << node << ": " << store.status().toString();
     return kExitInfrastructure;

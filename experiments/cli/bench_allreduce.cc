@@ -101,12 +101,12 @@ void print(const std::vector<Row>& rows, int ranks, const std::string& transport
 }
 
 // One rank, in a forked child: returns the process exit code. Rank 0 prints the results.
-int runRank(int rank, int ranks, const std::string& store_address, const std::vector<size_t>& sizes) {
+int runRank(int rank, int ranks, const std::string& store_address, const Secret& secret, const std::vector<size_t>& sizes) {
   auto fail = [rank](const Status& s) {
     std::fprintf(stderr, "chaosbed bench allreduce: rank %d: %s\n", rank, s.toString().c_str());
     return kExitInfrastructure;
   };
-  auto store = connectStore(store_address, deadlineIn(seconds(10)));
+  auto store = connectStore(store_address, secret, deadlineIn(seconds(10)));
   if (!store.isOk()) return fail(store.status());
   UcxOptions ucx;
   ucx.rank = rank;
@@ -151,7 +151,7 @@ int runBenchAllreduce(int argc, char** argv) {
   std::vector<size_t> sizes;
   for (size_t s = 4096; s <= FLAGS_bench_allreduce_max_bytes; s *= 4) sizes.push_back(s);
 
-  return runRanks("chaosbed bench allreduce", ranks, [&](int rank, const std::string& address) { return runRank(rank, ranks, address, sizes); });
+  return runRanks("chaosbed bench allreduce", ranks, [&](int rank, const std::string& address, const Secret& secret) { return runRank(rank, ranks, address, secret, sizes); });
 }
 
 }  // namespace chaosbed::cli

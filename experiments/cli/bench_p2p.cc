@@ -93,8 +93,8 @@ Result<std::vector<Row>> measure(Transport& t, const std::vector<size_t>& sizes)
 }
 
 // One rank, in a forked child: returns the process exit code. Rank 0 prints the results.
-int runRank(int rank, const std::string& store_address, const std::vector<size_t>& sizes) {
-  auto store = connectStore(store_address, deadlineIn(seconds(10)));
+int runRank(int rank, const std::string& store_address, const Secret& secret, const std::vector<size_t>& sizes) {
+  auto store = connectStore(store_address, secret, deadlineIn(seconds(10)));
   if (!store.isOk()) {
     std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, store.status().toString().c_str());
     return kExitInfrastructure;
@@ -146,7 +146,7 @@ int runBenchP2p(int argc, char** argv) {
   std::vector<size_t> sizes{8};
   for (size_t s = 4096; s <= FLAGS_bench_p2p_max_bytes; s *= 4) sizes.push_back(s);
 
-  return runRanks("chaosbed bench p2p", 2, [&](int rank, const std::string& address) { return runRank(rank, address, sizes); });
+  return runRanks("chaosbed bench p2p", 2, [&](int rank, const std::string& address, const Secret& secret) { return runRank(rank, address, secret, sizes); });
 }
 
 }  // namespace chaosbed::cli

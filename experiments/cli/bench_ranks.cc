@@ -42,8 +42,13 @@ std::string readAddress(int fd) {
 
 }  // namespace
 
-int runRanks(const char* who, int ranks, const std::function<int(int rank, const std::string& store_address)>& rank_main) {
+int runRanks(const char* who, int ranks, const std::function<int(int rank, const std::string& store_address, const Secret& secret)>& rank_main) {
   std::fflush(stdout);
+  auto secret = Secret::generate();
+  if (!secret.isOk()) {
+    std::fprintf(stderr, "%s: %s\n", who, secret.status().toString().c_str());
+    return kExitInfrastructure;
+  }
   std::vector<pid_t> pids;
   std::vector<int> address_pipes;  // write ends, one per child
   auto killAll = [&pids](pid_t except) {
@@ -73,14 +78,14 @@ int runRanks(const char* who, int ranks, const std::function<int(int rank, const
       const std::string address = readAddress(fds[0]);
       ::close(fds[0]);
       if (address.empty()) _exit(kExitInfrastructure);
-      _exit(rank_main(rank, address));
+      _exit(rank_main(rank, address, *secret));
     }
     ::close(fds[0]);
     pids.push_back(pid);
     address_pipes.push_back(fds[1]);
   }
 
-  auto server = startStoreServer("127.0.0.1:0");
+  auto server = startStoreServer("127.0.0.1:0", *secret);
   if (!server.isOk()) {
     std::fprintf(stderr, "%s: %s\n", who, server.status().toString().c_str());
     killAll(-1);

@@ -71,6 +71,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     outcome.dir = options.out_dir;
     std::error_code ec;
     std::filesystem::create_directories(outcome.dir, ec);
+    if (!ec) std::filesystem::permissions(outcome.dir, std::filesystem::perms::owner_all, ec);  // holds the secret
     if (ec) return Status::ioError("cannot create " + outcome.dir + ": " + ec.message());
     run_id = std::filesystem::path(outcome.dir).filename().string() + "-" + std::to_string(getpid());
   } else {
@@ -79,8 +80,18 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   const std::string& dir = outcome.dir;
   CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", spec::emitExperimentSpec(spec)));
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
-  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0"));
-  CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), deadlineIn(std::chrono::seconds(10))));
+  // The run's secret: every control connection proves it holds it (transports/bootstrap/secret.h). Nodes
+  // read it from a 0600 file in the 0700 results directory; it is removed when the run ends.
+  CHAOSBED_ASSIGN_OR_RETURN(Secret secret, Secret::generate());
+  const std::string secret_file = dir + "/.secret";
+  ::unlink(secret_file.c_str());  // an earlier run's in a reused --out (unlink never follows a symlink)
+  CHAOSBED_RETURN_IF_ERROR(secret.writeFile(secret_file));
+  struct RemoveOnExit {
+    std::string path;
+    ~RemoveOnExit() { ::unlink(path.c_str()); }
+  } remove_secret{secret_file};
+  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0", secret));
+  CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), secret, deadlineIn(std::chrono::seconds(10))));
 
   // One Prometheus endpoint for the whole run; loopback unless the spec or the caller says otherwise.
   std::unique_ptr<MetricsExporter> metrics;
@@ -113,6 +124,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.out_dir = dir;
   ctx.run_id = run_id;
   ctx.store_address = server->address();
+  ctx.secret_file = secret_file;
   ctx.store = store.get();
   ctx.events = events.get();
   ctx.plan = &*plan;

@@ -1,6 +1,7 @@
 #include "experiments/run/results.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +29,7 @@ Result<std::string> makeResultsDir(const std::string& base, const std::string& e
   const fs::path dir = parent / *run_id;
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);  // it will hold the run's secret and addresses
   if (ec) return Status::ioError("cannot create results directory " + dir.string() + ": " + ec.message());
   const fs::path link = parent / "latest";
   const fs::path tmp_link = parent / (".latest-" + *run_id);
@@ -36,10 +38,17 @@ Result<std::string> makeResultsDir(const std::string& base, const std::string& e
   return dir.string();
 }
 
-Status writeTextAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::ioError("cannot create " + tmp + ": " + std::strerror(errno));
+Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode) {
+  // mkostemp: a fresh name, created exclusively (never a planted file or symlink), mode 0600 until fchmod.
+  std::string tmp = path + ".tmp-XXXXXX";
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return Status::ioError("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
+  if (::fchmod(fd, mode) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::ioError("cannot chmod " + tmp + ": " + std::strerror(err));
+  }
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(fd, text.data() + done, text.size() - done);

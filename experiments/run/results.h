@@ -8,6 +8,8 @@
 // Files are written atomically (temp file + rename), and rewritten after every strategy, so an
 // interrupted run keeps what it had measured.
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -19,7 +21,7 @@ namespace chaosbed::run {
 // results/<experiment>/<UTC time>-<id>/ under base, with base/<experiment>/latest pointing at it.
 Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id);
 
-Status writeTextAtomically(const std::string& path, const std::string& text);
+Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode = 0644);
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                     const std::vector<StrategyResult>& results, bool complete);
 Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results);

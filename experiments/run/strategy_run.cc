@@ -176,6 +176,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void checkReplacements();
   void publishMembership(std::vector<int> workers, bool rollback, std::vector<int> joined);
   void readEvents();
+  void handleEvent(const std::string& text);
   void requestStop(const std::string& reason);
   NodeStats collectStats(const std::string& role, int count) const;
   NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
@@ -242,6 +243,7 @@ Status Supervisor::prepare() {
   fs::create_directories(dir_ + "/checkpoints", ec);
   if (ec) return Status::ioError("cannot create " + dir_ + ": " + ec.message());
   nlohmann::json config = {{"store", ctx_.store_address},
+                           {"secret_file", ctx_.secret_file},
                            {"prefix", prefix_},
                            {"workers", workers_},
                            {"servers", servers_},
@@ -249,7 +251,7 @@ Status Supervisor::prepare() {
                            {"strategy", strategyOptions(spec_, strategy_).toJson()},
                            {"checkpoint_dir", dir_ + "/checkpoints"},
                            {"connect_timeout_s", 60.0}};
-  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2)));
+  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
 
   LauncherOptions lo;
   lo.log_dir = dir_ + "/logs";
@@ -424,38 +426,48 @@ void Supervisor::requestStop(const std::string& reason) {
 }
 
 void Supervisor::readEvents() {
-  auto count = ctx_.store->add(key("events/count"), 0);
-  if (!count.isOk()) return;
-  for (; events_read_ < *count; ++events_read_) {
-    auto text = ctx_.store->get(key("events/" + std::to_string(events_read_)), deadlineIn(1s));
-    if (!text.isOk()) break;  // the writer bumped the count but has not set the value yet
-    nlohmann::json e = nlohmann::json::parse(*text, nullptr, false);
-    if (e.is_discarded()) continue;
-    e["strategy"] = strategy_.label;
-    if (ctx_.events) (void)ctx_.events->append(e);
-    const std::string type = e.value("type", "");
-    if (type == "eval") {
-      EvalPoint p;
-      p.time_s = number(e, "snapshot_t", 0.0);
-      p.step = int64_t(number(e, "step", 0));
-      p.accuracy = number(e, "accuracy", 0.0);
-      p.loss = number(e, "loss", std::nan(""));
-      p.samples = collectStats("worker", workers_).samples;
-      p.alive = aliveCount();
-      result_.timeline.push_back(p);
-      result_.final_accuracy = p.accuracy;
-      result_.final_loss = p.loss;
-      if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
-      if (!result_.tta_seconds && p.accuracy >= spec_.training.target_accuracy) {
-        result_.tta_seconds = p.time_s;
-        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
-        requestStop("target");
-      }
-    } else if (type == "recovered") {
-      closeEpisodes(number(e, "t", now()));
-    } else if (type == "error") {
-      LOG(WARNING) << strategy_.label << ": " << e.dump();
+  // Each event is one atomic append (core/runtime/control.h): the list has no holes, so reading from the
+  // last index on never waits for a record that a killed writer left half-made.
+  for (;;) {
+    auto batch = ctx_.store->readList(key("events"), events_read_, 256);
+    if (!batch.isOk() || batch->empty()) return;
+    for (const std::string& text : *batch) {
+      ++events_read_;
+      handleEvent(text);
     }
+  }
+}
+
+void Supervisor::handleEvent(const std::string& text) {
+  nlohmann::json e = nlohmann::json::parse(text, nullptr, false);
+  if (!e.is_object()) {
+    LOG(WARNING) << strategy_.label << ": ignoring a malformed event (" << text.size() << " bytes)";
+    return;
+  }
+  e["strategy"] = strategy_.label;
+  if (ctx_.events) (void)ctx_.events->append(e);
+  const std::string type = e.value("type", "");
+  if (type == "eval" && e.value("node", "") == nodeName("evaluator", 0)) {
+    EvalPoint p;
+    p.time_s = number(e, "snapshot_t", 0.0);
+    p.step = int64_t(number(e, "step", 0));
+    p.accuracy = number(e, "accuracy", 0.0);
+    p.loss = number(e, "loss", std::nan(""));
+    p.samples = collectStats("worker", workers_).samples;
+    p.alive = aliveCount();
+    result_.timeline.push_back(p);
+    result_.final_accuracy = p.accuracy;
+    result_.final_loss = p.loss;
+    if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
+    if (!result_.tta_seconds && p.accuracy >= spec_.training.target_accuracy) {
+      result_.tta_seconds = p.time_s;
+      if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
+      requestStop("target");
+    }
+  } else if (type == "recovered") {
+    closeEpisodes(number(e, "t", now()));
+  } else if (type == "error") {
+    LOG(WARNING) << strategy_.label << ": " << e.dump();
   }
 }
 

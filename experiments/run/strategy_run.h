@@ -81,6 +81,7 @@ struct RunContext {
   std::string out_dir;          // the results directory of the run
   std::string run_id;
   std::string store_address;    // the StoreServer the nodes connect to
+  std::string secret_file;      // the run's Secret (mode 0600), handed to the nodes by path
   Store* store = nullptr;       // the controller's own client of it
   chaos::EventLog* events = nullptr;   // events.jsonl
   const chaos::Plan* plan = nullptr;   // the drawn chaos schedule (shared by every strategy)

@@ -35,14 +35,27 @@ Result<bool> MemoryStore::contains(const std::string& key) {
   return map_.count(key) > 0;
 }
 
+Result<int64_t> MemoryStore::append(const std::string& key, const std::string& value) {
+  std::lock_guard lock(mu_);
+  auto& list = lists_[key];
+  list.push_back(value);
+  return int64_t(list.size()) - 1;
+}
+
+Result<std::vector<std::string>> MemoryStore::readList(const std::string& key, int64_t from, int max_entries) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  if (auto it = lists_.find(key); it != lists_.end())
+    for (int64_t i = std::max<int64_t>(from, 0); i < int64_t(it->second.size()) && int(out.size()) < max_entries; ++i)
+      out.push_back(it->second[size_t(i)]);
+  return out;
+}
+
 std::vector<nlohmann::json> MemoryStore::events(const std::string& prefix) {
   std::lock_guard lock(mu_);
   std::vector<nlohmann::json> out;
-  auto count = map_.find(prefix + "/events/count");
-  const int64_t n = count == map_.end() ? 0 : std::stoll(count->second);
-  for (int64_t i = 0; i < n; ++i)
-    if (auto it = map_.find(prefix + "/events/" + std::to_string(i)); it != map_.end())
-      out.push_back(nlohmann::json::parse(it->second));
+  if (auto it = lists_.find(prefix + "/events"); it != lists_.end())
+    for (const std::string& e : it->second) out.push_back(nlohmann::json::parse(e));
   return out;
 }
 

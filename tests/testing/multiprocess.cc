@@ -30,7 +30,7 @@ int exitCodeOf(int wstatus) {
 
 Store& ChildContext::store() {
   if (!store_) {
-    auto s = connectStore(store_address_, deadlineIn(std::chrono::seconds(10)));
+    auto s = connectStore(store_address_, secret_, deadlineIn(std::chrono::seconds(10)));
     if (!s.isOk()) {
       report("FAIL store: " + s.status().toString());
       _exit(kExitStoreUnavailable);
@@ -68,7 +68,7 @@ MultiProcess::MultiProcess() {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(127);
     ::close(fds[0]);
-    auto server = startStoreServer("127.0.0.1:0");
+    auto server = startStoreServer("127.0.0.1:0", secret_);
     const std::string line = server.isOk() ? (*server)->address() + "\n" : "FAIL " + server.status().toString() + "\n";
     ssize_t n;
     do n = ::write(fds[1], line.data(), line.size()); while (n < 0 && errno == EINTR);
@@ -112,7 +112,7 @@ MultiProcess::~MultiProcess() {
 
 Store& MultiProcess::store() {
   if (!store_) {
-    auto s = connectStore(store_address_, deadlineIn(std::chrono::seconds(10)));
+    auto s = connectStore(store_address_, secret_, deadlineIn(std::chrono::seconds(10)));
     CHECK(s.isOk()) << "multiprocess fixture: " << s.status().toString();
     store_ = std::move(s).value();
   }
@@ -160,7 +160,7 @@ Status MultiProcess::spawn(int rank, int size, const ChildFunction& fn) {
       ::fcntl(kChildReportFd, F_SETFD, 0);
     }
     ::syscall(SYS_close_range, kChildReportFd + 1, ~0U, 0);
-    ChildContext ctx(rank, size, incarnation, store_address_, kChildReportFd);
+    ChildContext ctx(rank, size, incarnation, store_address_, secret_, kChildReportFd);
     int code = fn(ctx);
     std::fflush(stdout);
     std::fflush(stderr);

@@ -41,15 +41,17 @@ namespace chaosbed::testing {
 
 class ChildContext {
  public:
-  ChildContext(int rank, int size, int incarnation, std::string store_address, int report_fd)
+  ChildContext(int rank, int size, int incarnation, std::string store_address, const Secret& secret, int report_fd)
       : rank_(rank), size_(size), incarnation_(incarnation), store_address_(std::move(store_address)),
-        report_fd_(report_fd) {}
+        secret_(secret), report_fd_(report_fd) {}
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   // 0 for the first process of a rank, 1 for its first replacement, ...
   int incarnation() const { return incarnation_; }
   const std::string& storeAddress() const { return store_address_; }
+  // The fixture's store secret (inherited through fork).
+  const Secret& secret() const { return secret_; }
   // A Store client to the parent's server, connected on first use (exits the child with 100 if that fails).
   Store& store();
   // Sends one line to the parent (newlines inside are replaced by spaces). Atomic below 4 KiB.
@@ -60,6 +62,7 @@ class ChildContext {
  private:
   int rank_, size_, incarnation_;
   std::string store_address_;
+  Secret secret_;
   int report_fd_;
   std::unique_ptr<Store> store_;
 };
@@ -75,6 +78,7 @@ class MultiProcess {
   MultiProcess& operator=(const MultiProcess&) = delete;
 
   const std::string& storeAddress() const { return store_address_; }
+  const Secret& secret() const { return secret_; }
   // A parent-side client of the same store (e.g. to read what children published).
   Store& store();
 
@@ -115,6 +119,7 @@ class MultiProcess {
   void closeChild(Child& c);
 
   pid_t store_pid_ = -1;  // the process that hosts the StoreServer
+  Secret secret_ = *Secret::generate();  // made before any fork: every rank inherits it
   std::string store_address_;
   std::unique_ptr<Store> store_;
   std::vector<Child> children_;

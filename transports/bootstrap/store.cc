@@ -1,6 +1,9 @@
 #include "transports/bootstrap/store.h"
 
+#include <fcntl.h>
 #include <glog/logging.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -19,11 +22,29 @@
 namespace chaosbed {
 namespace {
 
+using namespace std::chrono_literals;
 using net::FileDescriptor;
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kContains = 4 };
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kContains = 4, kAppend = 5, kReadList = 6 };
 enum Code : uint8_t { kCodeOk = 0, kCodeTimeout = 1, kCodeInvalid = 2 };
 constexpr uint32_t kMaxFrame = 64u << 20;
+constexpr size_t kReadListReplyCap = 16u << 20;
+
+// Authentication (store.h): the server's greeting, the client's answer, the server's proof.
+constexpr char kMagic[] = "CBS1";
+constexpr size_t kMagicBytes = 4;
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kGreetingBytes = kMagicBytes + kNonceBytes;
+constexpr size_t kAnswerBytes = kNonceBytes + Secret::kMacBytes;
+constexpr char kClientLabel[] = "chaosbed store client";
+constexpr char kServerLabel[] = "chaosbed store server";
+
+// Server bounds (store.h).
+constexpr auto kAuthTimeout = 2s;
+constexpr auto kFrameTimeout = 10s;
+constexpr size_t kMaxUnreadAnswers = 4u << 20;
+constexpr size_t kReadAhead = 64u << 10;
+constexpr size_t kMaxClients = 1024;
 
 std::string frame(const std::string& body) {
   std::string out;
@@ -50,13 +71,34 @@ bool parseCounter(const std::string& text, int64_t* value) {
   return true;
 }
 
+std::string asString(const Secret::Mac& mac) { return std::string(reinterpret_cast<const char*>(mac.data()), mac.size()); }
+
+// One log line now and then for a condition that a hostile or broken peer can repeat at will.
+class RateLimitedLog {
+ public:
+  explicit RateLimitedLog(const char* what) : what_(what) {}
+  void note(const std::string& detail) {
+    ++count_;
+    const auto now = SteadyClock::now();
+    if (now - last_ < 10s) return;
+    LOG(WARNING) << "store server: " << what_ << " (" << detail << "; " << count_ << " in all so far)";
+    last_ = now;
+  }
+
+ private:
+  const char* what_;
+  int64_t count_ = 0;
+  SteadyClock::time_point last_{};
+};
+
 // ---------------------------------------------------------------------------------------------------------
 // Server: one thread, poll() over the listener, a wake-up eventfd and every client connection.
 
 class TcpStoreServer final : public StoreServer {
  public:
-  TcpStoreServer(FileDescriptor listener, net::HostPort bound, FileDescriptor wake)
-      : listener_(std::move(listener)), bound_(std::move(bound)), wake_(std::move(wake)) {
+  TcpStoreServer(FileDescriptor listener, net::HostPort bound, FileDescriptor wake, const Secret& secret)
+      : listener_(std::move(listener)), bound_(std::move(bound)), wake_(std::move(wake)), secret_(secret),
+        reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServer() override {
@@ -72,11 +114,27 @@ class TcpStoreServer final : public StoreServer {
     FileDescriptor fd;
     std::string in;
     std::string out;
-    bool waiting = false;  // a get is blocked on wait_key
+    bool authenticated = false;
+    std::string nonce;             // the server's nonce Ns
+    Deadline auth_deadline{};      // closed if not authenticated by then
+    Deadline frame_deadline = Deadline::max();  // a started frame must be complete by then
+    bool waiting = false;          // a get is blocked on wait_key
     std::string wait_key;
     Deadline wait_deadline{};
     bool closed = false;
   };
+
+  // Whether to read more from c now: not while its get blocks or its answers pile up unread, and no further
+  // ahead than the frame being received (plus a little, for pipelined small requests).
+  static size_t inputRoom(const Client& c) {
+    if (c.waiting || c.out.size() > kMaxUnreadAnswers) return 0;
+    size_t cap = kAnswerBytes;
+    if (c.authenticated) {
+      cap = kReadAhead;
+      if (c.in.size() >= 4) cap = std::max<size_t>(cap, 4 + size_t{net::loadU32(c.in.data())} + kReadAhead);
+    }
+    return c.in.size() < cap ? cap - c.in.size() : 0;
+  }
 
   void loop() {
     std::vector<pollfd> fds;
@@ -86,10 +144,12 @@ class TcpStoreServer final : public StoreServer {
       fds.push_back({listener_.get(), POLLIN, 0});
       Deadline next = Deadline::max();
       for (auto& c : clients_) {
-        short events = POLLIN;
+        short events = inputRoom(*c) > 0 ? POLLIN : 0;
         if (!c->out.empty()) events |= POLLOUT;
         fds.push_back({c->fd.get(), events, 0});
         if (c->waiting) next = std::min(next, c->wait_deadline);
+        if (!c->authenticated) next = std::min(next, c->auth_deadline);
+        next = std::min(next, c->frame_deadline);
       }
       int timeout = next == Deadline::max() ? -1 : net::pollTimeoutMs(next);
       int rc = ::poll(fds.data(), fds.size(), timeout);
@@ -98,42 +158,67 @@ class TcpStoreServer final : public StoreServer {
         return;
       }
       if (fds[0].revents != 0) return;  // shutting down
-      if (fds[1].revents & POLLIN) acceptAll();
-      size_t polled = fds.size() - 2;
+      const size_t polled = fds.size() - 2;
       for (size_t i = 0; i < polled && i < clients_.size(); ++i) {
         Client& c = *clients_[i];
-        short rev = fds[i + 2].revents;
-        if (rev & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
-        if (!c.closed) handleFrames(c);
+        const short rev = fds[i + 2].revents;
+        if (rev & POLLIN) readFrom(c);
+        else if (rev & (POLLHUP | POLLERR)) c.closed = true;  // gone while we were not reading from it
+        if (!c.closed) handleInput(c);
       }
-      expireWaiters();
+      if (fds[1].revents & POLLIN) acceptAll();
+      expireDeadlines();
       for (auto& c : clients_)
         if (!c->closed && !c->out.empty()) writeTo(*c);
+      // Answers flushed: a client held back by unread answers may have frames waiting.
+      for (auto& c : clients_)
+        if (!c->closed && c->authenticated && !c->waiting && !c->in.empty()) handleInput(*c);
       std::erase_if(clients_, [](const std::unique_ptr<Client>& c) { return c->closed; });
     }
   }
 
   void acceptAll() {
     for (;;) {
-      auto fd = net::acceptTcp(listener_.get());
-      if (!fd.isOk()) {
-        LOG(WARNING) << "store server: " << fd.status().toString();
+      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+        if (errno == EMFILE || errno == ENFILE) {
+          // No descriptor left: give up the reserve one to take the connection off the backlog and close it,
+          // so poll() does not report the listener readable forever.
+          reserve_.reset();
+          FileDescriptor dropped(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          dropped.reset();
+          reserve_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+          out_of_fds_.note("out of file descriptors: closed a new connection at once");
+          if (!dropped.valid() && !reserve_.valid()) return;
+          continue;
+        }
+        LOG(WARNING) << "store server: accept: " << std::strerror(errno);
         return;
       }
-      if (!fd->valid()) return;
+      FileDescriptor conn(fd);
+      if (clients_.size() >= kMaxClients) {
+        too_many_.note(std::to_string(kMaxClients) + " connections open: closed a new one at once");
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto c = std::make_unique<Client>();
-      c->fd = std::move(fd).value();
+      c->fd = std::move(conn);
+      c->nonce = Secret::nonce(kNonceBytes);
+      c->auth_deadline = SteadyClock::now() + kAuthTimeout;
+      c->out = std::string(kMagic, kMagicBytes) + c->nonce;
       clients_.push_back(std::move(c));
     }
   }
 
   void readFrom(Client& c) {
     char buf[65536];
-    for (;;) {
-      ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
+    for (size_t room = inputRoom(c); room > 0; room = inputRoom(c)) {
+      ssize_t n = ::recv(c.fd.get(), buf, std::min(room, sizeof buf), 0);
       if (n > 0) {
+        if (c.in.empty()) c.frame_deadline = SteadyClock::now() + kFrameTimeout;
         c.in.append(buf, static_cast<size_t>(n));
-        if (static_cast<size_t>(n) < sizeof(buf)) return;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -157,8 +242,21 @@ class TcpStoreServer final : public StoreServer {
     }
   }
 
-  void handleFrames(Client& c) {
-    while (!c.waiting && c.in.size() >= 4) {
+  void handleInput(Client& c) {
+    if (!c.authenticated) {
+      if (c.in.size() < kAnswerBytes) return;
+      const std::string transcript = c.nonce + c.in.substr(0, kNonceBytes);
+      if (!secret_.verify(kClientLabel, transcript, std::string_view(c.in).substr(kNonceBytes, Secret::kMacBytes))) {
+        rejected_.note("a connection failed to prove the run's secret; closed");
+        c.closed = true;
+        return;
+      }
+      c.authenticated = true;
+      c.out += asString(secret_.mac(kServerLabel, transcript));
+      c.in.erase(0, kAnswerBytes);
+      c.frame_deadline = c.in.empty() ? Deadline::max() : SteadyClock::now() + kFrameTimeout;
+    }
+    while (!c.waiting && c.out.size() <= kMaxUnreadAnswers && c.in.size() >= 4) {
       uint32_t len = net::loadU32(c.in.data());
       if (len > kMaxFrame || len < 5) {
         LOG(WARNING) << "store server: closing a client that sent a bad frame of " << len << " bytes";
@@ -168,6 +266,8 @@ class TcpStoreServer final : public StoreServer {
       if (c.in.size() < 4 + size_t{len}) return;
       std::string body = c.in.substr(4, len);
       c.in.erase(0, 4 + size_t{len});
+      // The next frame (if any) has its own time to arrive.
+      c.frame_deadline = c.in.empty() ? Deadline::max() : SteadyClock::now() + kFrameTimeout;
       handleRequest(c, body);
       if (c.closed) return;
     }
@@ -221,6 +321,34 @@ class TcpStoreServer final : public StoreServer {
       case kContains:
         c.out += response(kCodeOk, std::string(1, data_.count(key) ? '\1' : '\0'));
         return;
+      case kAppend: {
+        auto& list = lists_[key];
+        list.push_back(std::move(operand));
+        std::string payload;
+        net::appendU64(payload, static_cast<uint64_t>(list.size() - 1));
+        c.out += response(kCodeOk, payload);
+        return;
+      }
+      case kReadList: {
+        if (operand.size() != 12) break;
+        const uint64_t from = net::loadU64(operand.data());
+        const uint32_t max = net::loadU32(operand.data() + 8);
+        std::string entries;
+        uint32_t count = 0;
+        if (auto it = lists_.find(key); it != lists_.end()) {
+          const auto& list = it->second;
+          for (uint64_t i = from; i < list.size() && count < max; ++i) {
+            if (count > 0 && entries.size() + list[i].size() > kReadListReplyCap) break;
+            net::appendU32(entries, static_cast<uint32_t>(list[i].size()));
+            entries += list[i];
+            ++count;
+          }
+        }
+        std::string payload;
+        net::appendU32(payload, count);
+        c.out += response(kCodeOk, payload + entries);
+        return;
+      }
       default:
         break;
     }
@@ -233,18 +361,29 @@ class TcpStoreServer final : public StoreServer {
       if (w->waiting && w->wait_key == key) {
         w->waiting = false;
         w->out += response(kCodeOk, value);
-        handleFrames(*w);
+        handleInput(*w);
       }
     }
   }
 
-  void expireWaiters() {
+  void expireDeadlines() {
     auto now = SteadyClock::now();
     for (auto& c : clients_) {
+      if (c->closed) continue;
+      if (!c->authenticated && c->auth_deadline <= now) {
+        rejected_.note("a connection did not authenticate within 2 s; closed");
+        c->closed = true;
+        continue;
+      }
       if (c->waiting && c->wait_deadline <= now) {
         c->waiting = false;
         c->out += response(kCodeTimeout, "get '" + c->wait_key + "': key not set before the deadline");
-        handleFrames(*c);
+        handleInput(*c);
+      }
+      // Only a frame we are reading can be late: a client held back by us is not.
+      if (c->frame_deadline <= now && inputRoom(*c) > 0) {
+        slow_.note("a client did not complete a frame within 10 s; closed");
+        c->closed = true;
       }
     }
   }
@@ -252,18 +391,49 @@ class TcpStoreServer final : public StoreServer {
   FileDescriptor listener_;
   net::HostPort bound_;
   FileDescriptor wake_;
-  std::map<std::string, std::string> data_;           // only the server thread touches these
+  const Secret secret_;
+  FileDescriptor reserve_;  // a spare descriptor, given up to accept-and-close when the process has none left
+  // Only the server thread touches the members below.
+  std::map<std::string, std::string> data_;
+  std::map<std::string, std::vector<std::string>> lists_;
   std::vector<std::unique_ptr<Client>> clients_;
+  RateLimitedLog rejected_{"authentication"};
+  RateLimitedLog slow_{"slow client"};
+  RateLimitedLog too_many_{"connection limit"};
+  RateLimitedLog out_of_fds_{"descriptor limit"};
   std::thread thread_;
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Client: a pool of connections, one per concurrent call.
+// Client: a pool of authenticated connections, one per concurrent call.
+
+// Connects to the server and runs the handshake of store.h.
+Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secret& secret, Deadline deadline,
+                                         bool retry) {
+  CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor fd, net::connectTcp(server, deadline, retry));
+  const std::string where = "store at " + server.toString() + ": authentication";
+  std::string greeting(kGreetingBytes, '\0');
+  if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(greeting)), deadline); !s.isOk())
+    return s.withContext(where);
+  if (greeting.compare(0, kMagicBytes, kMagic, kMagicBytes) != 0)
+    return Status::unavailable(where + ": not a chaosbed store (bad greeting)");
+  const std::string client_nonce = Secret::nonce(kNonceBytes);
+  const std::string transcript = greeting.substr(kMagicBytes) + client_nonce;
+  const std::string answer = client_nonce + asString(secret.mac(kClientLabel, transcript));
+  if (Status s = net::writeAll(fd.get(), std::as_bytes(std::span(answer)), deadline); !s.isOk())
+    return s.withContext(where);
+  std::string proof(Secret::kMacBytes, '\0');
+  if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(proof)), deadline); !s.isOk())
+    return s.withContext(where + " (the server closes a client whose secret is wrong)");
+  if (!secret.verify(kServerLabel, transcript, proof))
+    return Status::unavailable(where + ": the server did not prove the run's secret");
+  return fd;
+}
 
 class TcpStore final : public Store {
  public:
-  TcpStore(net::HostPort server, FileDescriptor first, std::chrono::milliseconds op_timeout)
-      : server_(std::move(server)), op_timeout_(op_timeout) {
+  TcpStore(net::HostPort server, const Secret& secret, FileDescriptor first, std::chrono::milliseconds op_timeout)
+      : server_(std::move(server)), secret_(secret), op_timeout_(op_timeout) {
     idle_.push_back(std::move(first));
   }
 
@@ -294,6 +464,35 @@ class TcpStore final : public Store {
     return reply[0] != '\0';
   }
 
+  Result<int64_t> append(const std::string& key, const std::string& value) override {
+    CHAOSBED_ASSIGN_OR_RETURN(std::string reply, call(kAppend, key, value, deadlineIn(op_timeout_)));
+    if (reply.size() != 8) return Status::internal("store append '" + key + "': malformed reply");
+    return static_cast<int64_t>(net::loadU64(reply.data()));
+  }
+
+  Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) override {
+    if (from < 0 || max_entries < 0) return Status::invalidArgument("store readList '" + key + "': negative range");
+    std::string operand;
+    net::appendU64(operand, static_cast<uint64_t>(from));
+    net::appendU32(operand, static_cast<uint32_t>(max_entries));
+    CHAOSBED_ASSIGN_OR_RETURN(std::string reply, call(kReadList, key, operand, deadlineIn(op_timeout_)));
+    const Status malformed = Status::internal("store readList '" + key + "': malformed reply");
+    if (reply.size() < 4) return malformed;
+    const uint32_t count = net::loadU32(reply.data());
+    std::vector<std::string> entries;
+    size_t at = 4;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (reply.size() - at < 4) return malformed;
+      const uint32_t len = net::loadU32(reply.data() + at);
+      at += 4;
+      if (reply.size() - at < len) return malformed;
+      entries.push_back(reply.substr(at, len));
+      at += len;
+    }
+    if (at != reply.size()) return malformed;
+    return entries;
+  }
+
  private:
   static const char* opName(Op op) {
     switch (op) {
@@ -301,6 +500,8 @@ class TcpStore final : public Store {
       case kGet: return "get";
       case kAdd: return "add";
       case kContains: return "contains";
+      case kAppend: return "append";
+      case kReadList: return "readList";
     }
     return "?";
   }
@@ -318,8 +519,11 @@ class TcpStore final : public Store {
       }
     }
     if (!fd.valid()) {
-      auto connected = net::connectTcp(server_, deadline, /*retry=*/false);
-      if (!connected.isOk()) return lost(what, connected.status());
+      auto connected = openAuthenticated(server_, secret_, deadline, /*retry=*/false);
+      if (!connected.isOk()) {
+        if (connected.status().code() == StatusCode::kTimeout) return Status::timeout(what + ": " + connected.status().message());
+        return lost(what, connected.status());
+      }
       fd = std::move(connected).value();
     }
     std::string body(1, static_cast<char>(op));
@@ -358,6 +562,7 @@ class TcpStore final : public Store {
   }
 
   const net::HostPort server_;
+  const Secret secret_;
   const std::chrono::milliseconds op_timeout_;
   std::mutex mu_;
   std::vector<FileDescriptor> idle_;  // GUARDED_BY(mu_)
@@ -366,21 +571,21 @@ class TcpStore final : public Store {
 
 }  // namespace
 
-Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address) {
+Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret) {
   CHAOSBED_ASSIGN_OR_RETURN(net::HostPort where, net::parseHostPort(listen_address));
   net::HostPort bound;
   CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor listener, net::listenTcp(where, &bound));
   FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return Status::ioError(std::string("store server: eventfd: ") + std::strerror(errno));
-  return std::unique_ptr<StoreServer>(new TcpStoreServer(std::move(listener), bound, std::move(wake)));
+  return std::unique_ptr<StoreServer>(new TcpStoreServer(std::move(listener), bound, std::move(wake), secret));
 }
 
-Result<std::unique_ptr<Store>> connectStore(const std::string& address, Deadline deadline,
+Result<std::unique_ptr<Store>> connectStore(const std::string& address, const Secret& secret, Deadline deadline,
                                             std::chrono::milliseconds op_timeout) {
   CHAOSBED_ASSIGN_OR_RETURN(net::HostPort server, net::parseHostPort(address));
-  auto fd = net::connectTcp(server, deadline, /*retry=*/true);
+  auto fd = openAuthenticated(server, secret, deadline, /*retry=*/true);
   if (!fd.isOk()) return fd.status().withContext("store client");
-  return std::unique_ptr<Store>(new TcpStore(std::move(server), std::move(fd).value(), op_timeout));
+  return std::unique_ptr<Store>(new TcpStore(std::move(server), secret, std::move(fd).value(), op_timeout));
 }
 
 }  // namespace chaosbed

@@ -1,26 +1,45 @@
 #pragma once
 // Store: a small key-value rendezvous service (in the spirit of torch's TCPStore and PMI). The controller
 // hosts a StoreServer on loopback (or a host address for multi-host runs); nodes connect with a Store
-// client to publish and look up their transport addresses, NCCL unique ids and membership epochs.
+// client to publish and look up their transport addresses, NCCL unique ids, membership epochs and events.
 //
 // Contract: keys and values are arbitrary bytes. set() overwrites. get() blocks until the key exists or the
 // deadline passes (Timeout). add() is an atomic counter (creating the key at 0) whose value is stored as
 // decimal text, so get() of a counter reads e.g. "3"; add() on a key holding anything else is
-// InvalidArgument. All calls are thread-safe and carry deadlines (set/add/contains use the client's
-// operation timeout); a lost server connection turns into Unavailable, never a hang.
+// InvalidArgument. append() adds one entry to a list (a namespace of its own, apart from the keys) in one
+// request: a writer killed at any instruction leaves the whole entry or nothing, and a list never has holes;
+// readList() returns the entries that exist from an index on and never blocks. All calls are thread-safe and
+// carry deadlines (set/add/contains/append/readList use the client's operation timeout); a lost server
+// connection turns into Unavailable, never a hang.
 //
-// Wire protocol (TCP, little-endian): request = u32 length, u8 op, u32 key length, key, operand (set: the
-// value; get: u64 timeout in ms; add: i64 delta; contains: nothing). Response = u32 length, u8 code
-// (0 OK, 1 Timeout, 2 InvalidArgument), payload (get: value; add: i64; contains: u8; errors: a message).
-// The server answers a blocking get when the key appears or its timeout passes; frames above 64 MiB are
-// refused and close the connection. A client uses one connection per concurrent call (a small pool), so
-// a get blocked in one thread never delays a set from another; it never reconnects after the server died.
+// Authentication: every connection proves that it holds the run's Secret before its first request. On
+// accept the server sends "CBS1" and a 32-byte nonce Ns; the client answers its nonce Nc and
+// HMAC(secret, "chaosbed store client", Ns|Nc); the server answers HMAC(secret, "chaosbed store server",
+// Ns|Nc), so each side knows the other holds the secret and no recorded exchange can be replayed. A client
+// that does not prove it within 2 s, or proves it wrong, is closed and logged (rate-limited).
+//
+// Wire protocol after that (TCP, little-endian): request = u32 length, u8 op, u32 key length, key, operand
+// (set: the value; get: u64 timeout in ms; add: i64 delta; contains: nothing; append: the value; readList:
+// u64 first index, u32 most entries). Response = u32 length, u8 code (0 OK, 1 Timeout, 2 InvalidArgument),
+// payload (get: value; add: i64; contains: u8; append: u64 index; readList: u32 count, then count x (u32
+// length, bytes); errors: a message).
+//
+// The server is bounded against clients that misbehave: frames above 64 MiB close the connection; a frame
+// must arrive whole within 10 s of its first byte; it stops reading from a client while that client's get
+// blocks or while more than 4 MiB of its answers are unread (pipelining cannot grow its memory); at most
+// 1024 connections (more are accepted and closed at once), and when the process runs out of descriptors it
+// still accepts and closes, with a rate-limited log, instead of spinning. A client uses one connection per
+// concurrent call (a small pool), so a get blocked in one thread never delays a set from another; it never
+// reconnects after the server died.
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include <vector>
+
+#include "transports/bootstrap/secret.h"
 #include "transports/status.h"
 #include "transports/transport.h"
 
@@ -34,6 +53,11 @@ class Store {
   virtual Result<int64_t> add(const std::string& key, int64_t delta) = 0;
   // Whether key exists now (never blocks on the key; still bounded by the connection's own timeout).
   virtual Result<bool> contains(const std::string& key) = 0;
+  // Appends value to the list `key`; returns its index (0, 1, ...).
+  virtual Result<int64_t> append(const std::string& key, const std::string& value) = 0;
+  // Entries [from, from + max_entries) of the list `key` that exist now: fewer, or none, when the list is
+  // shorter (an absent list is empty). A reply stops early past 16 MiB; read again from where it ended.
+  virtual Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) = 0;
 };
 
 // Serves a Store over TCP on a background thread until destroyed.
@@ -44,12 +68,12 @@ class StoreServer {
   virtual std::string address() const = 0;
 };
 
-// Listens on host:port ("127.0.0.1:0" picks a free loopback port).
-Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address);
+// Listens on host:port ("127.0.0.1:0" picks a free loopback port); admits only clients that hold `secret`.
+Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret);
 // Connects to a StoreServer; retries until the deadline (the server may start after the node).
 // `op_timeout` bounds set/add/contains (get uses its own deadline).
 inline constexpr std::chrono::milliseconds kDefaultStoreOpTimeout{30000};
-Result<std::unique_ptr<Store>> connectStore(const std::string& address, Deadline deadline,
+Result<std::unique_ptr<Store>> connectStore(const std::string& address, const Secret& secret, Deadline deadline,
                                             std::chrono::milliseconds op_timeout = kDefaultStoreOpTimeout);
 
 }  // namespace chaosbed

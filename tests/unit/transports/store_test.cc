@@ -15,13 +15,14 @@ using std::chrono::seconds;
 
 struct StoreFixture : ::testing::Test {
   void SetUp() override {
-    auto server = startStoreServer("127.0.0.1:0");
+    auto server = startStoreServer("127.0.0.1:0", secret_);
     ASSERT_TRUE(server.isOk()) << server.status().toString();
     server_ = std::move(server).value();
-    auto store = connectStore(server_->address(), deadlineIn(seconds(5)));
+    auto store = connectStore(server_->address(), secret_, deadlineIn(seconds(5)));
     ASSERT_TRUE(store.isOk()) << store.status().toString();
     store_ = std::move(store).value();
   }
+  Secret secret_ = *Secret::generate();
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<Store> store_;
 };
@@ -90,7 +91,7 @@ TEST_F(StoreFixture, ManyClientsCountConcurrently) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&] {
-      auto c = connectStore(server_->address(), deadlineIn(seconds(5)));
+      auto c = connectStore(server_->address(), secret_, deadlineIn(seconds(5)));
       ASSERT_TRUE(c.isOk());
       for (int j = 0; j < kAdds; ++j) ASSERT_TRUE((*c)->add("shared", 1).isOk());
     });
@@ -122,25 +123,27 @@ TEST_F(StoreFixture, ServerStoppingWhileAGetIsBlockedIsUnavailable) {
 }
 
 TEST(Store, BadAddressesAreNamed) {
-  auto s = startStoreServer("127.0.0.1");
+  const Secret secret = *Secret::generate();
+  auto s = startStoreServer("127.0.0.1", secret);
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("127.0.0.1"), std::string::npos);
-  auto c = connectStore("localhost:99999", deadlineIn(milliseconds(100)));
+  auto c = connectStore("localhost:99999", secret, deadlineIn(milliseconds(100)));
   ASSERT_FALSE(c.isOk());
   EXPECT_NE(c.status().message().find("99999"), std::string::npos);
 }
 
 TEST(Store, ConnectToNothingTimesOutAtTheDeadline) {
   // Find a free port by binding and releasing a server.
+  const Secret secret = *Secret::generate();
   std::string address;
   {
-    auto s = startStoreServer("127.0.0.1:0");
+    auto s = startStoreServer("127.0.0.1:0", secret);
     ASSERT_TRUE(s.isOk());
     address = (*s)->address();
   }
   auto start = SteadyClock::now();
-  auto c = connectStore(address, start + milliseconds(150));
+  auto c = connectStore(address, secret, start + milliseconds(150));
   ASSERT_FALSE(c.isOk());
   EXPECT_EQ(c.status().code(), StatusCode::kTimeout) << c.status().toString();
   EXPECT_LT(SteadyClock::now() - start, seconds(2));

@@ -6,6 +6,8 @@
 #include "transports/nccl/communicator.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -76,10 +78,10 @@ std::vector<float> pattern(size_t count, float scale, float offset) {
 
 struct NcclStoreTest : ::testing::Test {
   void SetUp() override {
-    auto server = startStoreServer("127.0.0.1:0");
+    auto server = startStoreServer("127.0.0.1:0", secret_);
     ASSERT_TRUE(server.isOk()) << server.status().toString();
     server_ = std::move(server).value();
-    auto store = connectStore(server_->address(), deadlineIn(seconds(5)));
+    auto store = connectStore(server_->address(), secret_, deadlineIn(seconds(5)));
     ASSERT_TRUE(store.isOk()) << store.status().toString();
     store_ = std::move(store).value();
     job_ = std::string("test-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
@@ -98,6 +100,7 @@ struct NcclStoreTest : ::testing::Test {
     return comm.isOk() ? std::move(comm).value() : nullptr;
   }
 
+  Secret secret_ = *Secret::generate();
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<Store> store_;
   std::string job_;
@@ -307,6 +310,7 @@ TEST_F(NcclStoreTest, InitIsAbortedAtTheDeadlineWhenPeersNeverJoin) {
 constexpr const char* kEnvRank = "CHAOSBED_NCCL_TEST_RANK";
 constexpr const char* kEnvStore = "CHAOSBED_NCCL_TEST_STORE";
 constexpr const char* kEnvJob = "CHAOSBED_NCCL_TEST_JOB";
+constexpr const char* kEnvSecretFile = "CHAOSBED_NCCL_TEST_SECRET_FILE";  // a path: the secret is never in env
 
 TEST(NcclTwoRankChild, Rank) {
   const char* rank_env = std::getenv(kEnvRank);
@@ -314,7 +318,9 @@ TEST(NcclTwoRankChild, Rank) {
     GTEST_SKIP() << "helper process of NcclStoreTest.TwoRanksOnTwoDevices; runs only when that test starts it";
   const int rank = std::atoi(rank_env);
   const std::string job = std::getenv(kEnvJob);
-  auto store = connectStore(std::getenv(kEnvStore), deadlineIn(seconds(10)));
+  auto secret = Secret::readFile(std::getenv(kEnvSecretFile));
+  ASSERT_TRUE(secret.isOk()) << secret.status().toString();
+  auto store = connectStore(std::getenv(kEnvStore), *secret, deadlineIn(seconds(10)));
   ASSERT_TRUE(store.isOk()) << store.status().toString();
   CommunicatorOptions o;
   o.job = job;
@@ -389,6 +395,11 @@ TEST_F(NcclStoreTest, TwoRanksOnTwoDevices) {
   const std::string filter = "--gtest_filter=NcclTwoRankChild.Rank";
   const std::string store_env = std::string(kEnvStore) + "=" + server_->address();
   const std::string job_env = std::string(kEnvJob) + "=" + job_;
+  char dir_template[] = "/tmp/chaosbed-nccl-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string secret_file = std::string(dir_template) + "/secret";
+  ASSERT_TRUE(secret_.writeFile(secret_file).isOk());
+  const std::string secret_env = std::string(kEnvSecretFile) + "=" + secret_file;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
     // Everything the child needs is built before fork: the parent runs the store's thread.
@@ -398,6 +409,7 @@ TEST_F(NcclStoreTest, TwoRanksOnTwoDevices) {
     env.push_back(const_cast<char*>(rank_env.c_str()));
     env.push_back(const_cast<char*>(store_env.c_str()));
     env.push_back(const_cast<char*>(job_env.c_str()));
+    env.push_back(const_cast<char*>(secret_env.c_str()));
     env.push_back(nullptr);
     char* argv[] = {const_cast<char*>("/proc/self/exe"), const_cast<char*>(filter.c_str()), nullptr};
     const pid_t pid = ::fork();
@@ -414,6 +426,7 @@ TEST_F(NcclStoreTest, TwoRanksOnTwoDevices) {
     EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
         << "rank " << rank << " failed (wait status " << wstatus << "); its test output is above";
   }
+  std::filesystem::remove_all(dir_template);
 }
 
 }  // namespace
