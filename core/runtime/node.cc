@@ -185,6 +185,7 @@ int runNodeProcess(const NodeLaunch& launch) {
   UcxOptions ucx;
   ucx.rank = *rank;
   ucx.size = c.workers + c.servers + 1;
+  ucx.secret = *secret;
   ucx.prefix = c.prefix;
   ucx.connect_timeout = std::chrono::milliseconds(int64_t(c.connect_timeout_s * 1000));
   // A parameter-server worker talks to the servers only: under churn, connecting to the other workers would

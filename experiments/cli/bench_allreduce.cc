@@ -111,6 +111,7 @@ int runRank(int rank, int ranks, const std::string& store_address, const Secret&
   UcxOptions ucx;
   ucx.rank = rank;
   ucx.size = ranks;
+  ucx.secret = secret;
   ucx.prefix = "bench-allreduce";
   ucx.cross_memory_attach = benchCrossMemoryAttach();
   auto transport = createUcxTransport(**store, ucx);

@@ -102,6 +102,7 @@ int runRank(int rank, const std::string& store_address, const Secret& secret, co
   UcxOptions options;
   options.rank = rank;
   options.size = 2;
+  options.secret = secret;
   options.prefix = "bench-p2p";
   options.cross_memory_attach = benchCrossMemoryAttach();
   auto transport = createUcxTransport(**store, options);

@@ -23,6 +23,7 @@ std::unique_ptr<Transport> makeTransport(ChildContext& c) {
   UcxOptions o;
   o.rank = c.rank();
   o.size = c.size();
+  o.secret = c.secret();
   o.prefix = "stale";
   o.connect_timeout = seconds(20);
   auto t = createUcxTransport(c.store(), o);

@@ -24,6 +24,7 @@ std::unique_ptr<Transport> makeTransport(ChildContext& c, const std::string& pre
   UcxOptions o;
   o.rank = c.rank();
   o.size = c.size();
+  o.secret = c.secret();
   o.prefix = prefix;
   o.connect_timeout = seconds(20);
   auto t = createUcxTransport(c.store(), o);

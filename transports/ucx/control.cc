@@ -13,30 +13,39 @@
 namespace chaosbed::ucx {
 namespace {
 
-constexpr size_t kHelloSize = 12;
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kHelloSize = 12 + Secret::kMacBytes;
+constexpr char kHelloLabel[] = "chaosbed mesh hello";
+constexpr auto kHelloTimeout = std::chrono::seconds(2);
 
-std::string encodeHello(int rank, uint64_t incarnation) {
+std::string identity(int rank, uint64_t incarnation) {
   std::string out;
   net::appendU32(out, static_cast<uint32_t>(rank));
   net::appendU64(out, incarnation);
   return out;
 }
 
+std::string encodeHello(const Secret& secret, const std::string& nonce, int rank, uint64_t incarnation) {
+  const std::string id = identity(rank, incarnation);
+  const Secret::Mac mac = secret.mac(kHelloLabel, nonce + id);
+  return id + std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ControlMesh>> ControlMesh::start(int rank, uint64_t incarnation, const std::string& host,
-                                                        LostFn on_lost) {
+                                                        const Secret& secret, LostFn on_lost) {
   net::HostPort bound;
   CHAOSBED_ASSIGN_OR_RETURN(net::FileDescriptor listener, net::listenTcp({host, 0}, &bound));
   net::FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return Status::ioError(std::string("control mesh: eventfd: ") + std::strerror(errno));
   return std::unique_ptr<ControlMesh>(
-      new ControlMesh(rank, incarnation, std::move(listener), bound, std::move(wake), std::move(on_lost)));
+      new ControlMesh(rank, incarnation, std::move(listener), bound, std::move(wake), secret, std::move(on_lost)));
 }
 
 ControlMesh::ControlMesh(int rank, uint64_t incarnation, net::FileDescriptor listener, net::HostPort address,
-                         net::FileDescriptor wake, LostFn on_lost)
-    : rank_(rank), incarnation_(incarnation), listener_(std::move(listener)), address_(std::move(address)),
+                         net::FileDescriptor wake, const Secret& secret, LostFn on_lost)
+    : rank_(rank), incarnation_(incarnation), secret_(secret), listener_(std::move(listener)), address_(std::move(address)),
       wake_(std::move(wake)), on_lost_(std::move(on_lost)) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -63,7 +72,12 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
                              fd.status().message();
     return fd.status().code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
   }
-  std::string hello = encodeHello(rank_, incarnation_);
+  std::string nonce(kNonceBytes, '\0');
+  if (Status s = net::readAll(fd->get(), std::as_writable_bytes(std::span(nonce)), deadline); !s.isOk()) {
+    const std::string what = "control connection to rank " + std::to_string(peer) + ": no nonce: " + s.message();
+    return s.code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
+  }
+  std::string hello = encodeHello(secret_, nonce, rank_, incarnation_);
   if (Status s = net::writeAll(fd->get(), std::as_bytes(std::span(hello)), deadline); !s.isOk()) {
     const std::string what = "control hello to rank " + std::to_string(peer) + ": " + s.message();
     return s.code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
@@ -96,6 +110,15 @@ bool ControlMesh::alive(int peer, uint64_t incarnation) const {
   return false;
 }
 
+void ControlMesh::noteRejected(const char* what) {
+  ++rejected_;
+  const auto now = SteadyClock::now();
+  if (now - last_rejection_log_ < std::chrono::seconds(10)) return;
+  last_rejection_log_ = now;
+  LOG(WARNING) << "ucx control mesh of rank " << rank_ << ": rejected " << what << " (" << rejected_
+               << " rejected so far)";
+}
+
 void ControlMesh::loop() {
   std::vector<pollfd> fds;
   std::vector<Conn*> polled;
@@ -104,14 +127,16 @@ void ControlMesh::loop() {
     polled.clear();
     fds.push_back({wake_.get(), POLLIN, 0});
     fds.push_back({listener_.get(), POLLIN, 0});
+    Deadline next = Deadline::max();
     {
       std::lock_guard lock(mu_);
       for (auto& c : conns_) {
         fds.push_back({c->fd.get(), POLLIN, 0});
         polled.push_back(c.get());
+        next = std::min(next, c->hello_deadline);
       }
     }
-    int rc = ::poll(fds.data(), fds.size(), -1);
+    int rc = ::poll(fds.data(), fds.size(), next == Deadline::max() ? -1 : net::pollTimeoutMs(next));
     if (rc < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << "ucx control mesh: poll: " << std::strerror(errno);
@@ -129,6 +154,11 @@ void ControlMesh::loop() {
         if (!fd.isOk() || !fd->valid()) break;
         auto conn = std::make_unique<Conn>();
         conn->fd = std::move(fd).value();
+        conn->nonce = Secret::nonce(kNonceBytes);
+        conn->hello_deadline = SteadyClock::now() + kHelloTimeout;
+        // 32 bytes into a fresh socket's empty send buffer: never short.
+        ssize_t sent = ::send(conn->fd.get(), conn->nonce.data(), conn->nonce.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent != static_cast<ssize_t>(conn->nonce.size())) continue;
         std::lock_guard lock(mu_);
         conns_.push_back(std::move(conn));
       }
@@ -141,9 +171,15 @@ void ControlMesh::loop() {
     };
     std::vector<Lost> lost;
     std::vector<Conn*> closed;
+    const auto now = SteadyClock::now();
     for (size_t i = 0; i < polled.size(); ++i) {
-      if (fds[i + 2].revents == 0) continue;
       Conn* c = polled[i];
+      if (c->peer < 0 && c->hello_deadline <= now) {
+        noteRejected("a control connection that sent no hello within 2 s");
+        closed.push_back(c);
+        continue;
+      }
+      if (fds[i + 2].revents == 0) continue;
       char buf[64];
       ssize_t n = ::recv(c->fd.get(), buf, sizeof(buf), 0);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
@@ -153,11 +189,17 @@ void ControlMesh::loop() {
           used = std::min(static_cast<size_t>(n), kHelloSize - c->hello.size());
           c->hello.append(buf, used);
           if (c->hello.size() == kHelloSize) {
+            if (!secret_.verify(kHelloLabel, c->nonce + c->hello.substr(0, 12), std::string_view(c->hello).substr(12))) {
+              noteRejected("a control connection whose hello did not prove the run's secret");
+              closed.push_back(c);
+              continue;
+            }
             int peer = static_cast<int>(net::loadU32(c->hello.data()));
             uint64_t inc = net::loadU64(c->hello.data() + 4);
             std::lock_guard lock(mu_);
             c->peer = peer;
             c->incarnation = inc;
+            c->hello_deadline = Deadline::max();
           }
         }
         if (static_cast<size_t>(n) > used && c->peer >= 0) c->goodbye = true;

@@ -1,8 +1,11 @@
 #pragma once
 // ControlMesh: the control path of the UCX transport (see transports/ucx/transport.h). It owns a TCP
-// listener and one connection per peer and direction; each connection starts with a hello
-// {u32 rank, u64 incarnation} from the dialling side (the accepting side learns who it is from that; the
-// dialling side knows already). One watcher thread polls all of them; when an identified connection reaches
+// listener and one connection per peer and direction. The accepting side opens each connection with a
+// 32-byte nonce; the dialling side answers a hello {u32 rank, u64 incarnation, HMAC(secret, "chaosbed mesh
+// hello", nonce|rank|incarnation)}, so only a holder of the run's Secret can claim a rank, and a recorded
+// hello is worth nothing on another connection. The accepting side learns who dialled from the hello (the
+// dialling side knows already); a connection whose hello is wrong, or missing after 2 s, is closed and
+// logged (rate-limited) and never reported as a loss. One watcher thread polls all of them; when an identified connection reaches
 // EOF or an error, the process at the other end is gone, and on_lost(rank, incarnation) is called from the
 // watcher thread (no mesh lock held). Nothing else is ever sent on these connections.
 
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
+#include "transports/bootstrap/secret.h"
 #include "transports/status.h"
 #include "transports/transport.h"
 
@@ -26,7 +30,7 @@ class ControlMesh {
 
   // Listens on host (port chosen by the kernel) and starts the watcher thread.
   static Result<std::unique_ptr<ControlMesh>> start(int rank, uint64_t incarnation, const std::string& host,
-                                                    LostFn on_lost);
+                                                    const Secret& secret, LostFn on_lost);
   ~ControlMesh();  // stops the watcher, then closes every connection (peers see EOF)
 
   const net::HostPort& address() const { return address_; }
@@ -43,19 +47,25 @@ class ControlMesh {
  private:
   struct Conn {
     net::FileDescriptor fd;
-    int peer = -1;             // -1 until the hello arrived
+    int peer = -1;             // -1 until a valid hello arrived
     uint64_t incarnation = 0;
+    std::string nonce;         // accepted connections: the nonce the hello must prove
+    Deadline hello_deadline = Deadline::max();  // accepted connections: closed unless identified by then
     std::string hello;         // bytes of an incomplete hello
     bool goodbye = false;      // the peer announced an orderly exit
   };
 
   ControlMesh(int rank, uint64_t incarnation, net::FileDescriptor listener, net::HostPort address,
-              net::FileDescriptor wake, LostFn on_lost);
+              net::FileDescriptor wake, const Secret& secret, LostFn on_lost);
   void loop();
   void wake();
+  void noteRejected(const char* what);  // rate-limited log of an unauthenticated connection
 
   const int rank_;
   const uint64_t incarnation_;
+  const Secret secret_;
+  int64_t rejected_ = 0;                          // watcher thread only
+  SteadyClock::time_point last_rejection_log_{};  // watcher thread only
   net::FileDescriptor listener_;
   const net::HostPort address_;
   net::FileDescriptor wake_;

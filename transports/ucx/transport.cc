@@ -273,7 +273,7 @@ Status UcxTransport::init() {
       return Status::ioError(std::string("ucx: epoll_ctl: ") + std::strerror(errno));
   }
 
-  auto mesh = ControlMesh::start(rank_, incarnation_, options_.control_host,
+  auto mesh = ControlMesh::start(rank_, incarnation_, options_.control_host, *options_.secret,
                                  [this](int peer, uint64_t inc, bool orderly) { onControlLost(peer, inc, orderly); });
   if (!mesh.isOk()) return mesh.status().withContext("ucx control mesh");
   mesh_ = std::move(mesh).value();
@@ -740,6 +740,7 @@ Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOpt
   if (options.rank < 0 || options.rank >= options.size)
     return Status::invalidArgument("ucx: rank " + std::to_string(options.rank) + " not in 0.." + std::to_string(options.size - 1));
   if (options.prefix.empty()) return Status::invalidArgument("ucx: empty store key prefix");
+  if (!options.secret) return Status::invalidArgument("ucx: no secret (the control mesh authenticates every connection)");
   const Deadline deadline = deadlineIn(options.connect_timeout);
   uint64_t incarnation;
   if (options.incarnation >= 0) {

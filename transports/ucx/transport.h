@@ -44,9 +44,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "transports/bootstrap/secret.h"
 #include "transports/bootstrap/store.h"
 #include "transports/transport.h"
 
@@ -63,6 +65,9 @@ struct UcxOptions {
   // reconnect() reaches them: a parameter-server worker talks to the servers only, and connecting to the
   // other workers would only meet their dead incarnations' stale records under churn.
   std::vector<int> peers;
+  // The run's secret: the control mesh accepts only hellos that prove it (transports/ucx/control.h).
+  // Required.
+  std::optional<Secret> secret;
   // Identifies this process among the processes that have held `rank`; must grow with each replacement.
   // Negative: draw the next value from the store counter "<prefix>/ucx/<rank>/incarnation".
   int64_t incarnation = -1;
