@@ -42,7 +42,7 @@ constexpr char kServerLabel[] = "chaosbed store server";
 // Server bounds (store.h).
 constexpr auto kAuthTimeout = 2s;
 constexpr auto kFrameTimeout = 10s;
-constexpr size_t kMaxUnreadAnswers = 4u << 20;
+constexpr size_t kMaxUnreadAnswers = 64u << 10;
 constexpr size_t kReadAhead = 64u << 10;
 constexpr size_t kMaxClients = 1024;
 

@@ -26,7 +26,7 @@
 //
 // The server is bounded against clients that misbehave: frames above 64 MiB close the connection; a frame
 // must arrive whole within 10 s of its first byte; it stops reading from a client while that client's get
-// blocks or while more than 4 MiB of its answers are unread (pipelining cannot grow its memory); at most
+// blocks or while more than 64 KiB of its answers are unread (pipelining cannot grow its memory); at most
 // 1024 connections (more are accepted and closed at once), and when the process runs out of descriptors it
 // still accepts and closes, with a rate-limited log, instead of spinning. A client uses one connection per
 // concurrent call (a small pool), so a get blocked in one thread never delays a set from another; it never
