@@ -16,6 +16,7 @@
 #include "chaos/actuators/link.h"
 #include "chaos/cluster.h"
 #include "chaos/controller.h"
+#include "core/control/supervision.h"
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
 #include "core/strategies/strategy.h"
@@ -27,7 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-constexpr double kRestartAfterCrashS = 0.0;  // a node that dies on its own comes back at once
 constexpr auto kTick = 50ms;                 // supervisor loop period
 constexpr double kDrainS = 20.0;             // after stop: how long nodes get to finish their step
 
@@ -72,21 +72,6 @@ StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::Strat
   o.nccl = o.kind == StrategyKind::kMirrored && s.cluster.transport == spec::Transport::kNccl;
   return o;
 }
-
-// Why a node is down and what brings it back.
-struct Outage {
-  double since_s = 0;          // run seconds when it died
-  bool by_chaos = false;       // chaos decides its replacement
-  std::optional<double> restart_at_s;  // supervisor-scheduled restart
-  std::optional<int> awaiting_incarnation;  // restarted: waiting for the ready key of this incarnation
-};
-
-// A failure whose recovery is being timed: from the node's death to the first step completed after it.
-struct Episode {
-  double since_s = 0;
-  int64_t steps_at_failure = 0;
-  bool worker = false;  // a lost worker (async training goes on without it); else a server
-};
 
 class Supervisor;
 
@@ -174,7 +159,6 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void handleExits();
   Status restartLocked(const std::string& node);
   void checkReplacements();
-  void publishMembership(std::vector<int> workers, bool rollback, std::vector<int> joined);
   void readEvents();
   void handleEvent(const std::string& text);
   void requestStop(const std::string& reason);
@@ -183,9 +167,8 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void exportMetrics(const chaos::Controller* chaos_controller);
   int aliveCount() const;
   int64_t totalWorkerSteps() const;
-  void closeEpisodes(double t_s);
-  // Asynchronous training goes on without a lost worker: its episode closes once the workers stepped past it.
-  void closeWorkerEpisodes(int64_t worker_steps, double t_s);
+  // Carries out Supervision's decisions, in order; mu_ held.
+  void execute(const std::vector<control::Action>& actions);
   void recordRecovery(double seconds) {
     result_.recovery_seconds.push_back(seconds);
     ++result_.recoveries;
@@ -213,14 +196,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::set<std::string> chaos_killed_;
 
   std::mutex mu_;  // guards the members below: the supervisor's and chaos's threads use them
-  std::map<std::string, Outage> down_;
-  std::set<int> elastic_pending_join_;
-  std::map<std::string, int> crash_loops_;  // consecutive short-lived incarnations per node
+  std::unique_ptr<control::Supervision> supervision_;  // the decisions; this class carries them out
 
-  int64_t generation_ = -1;
-  std::vector<int> members_;
   int64_t events_read_ = 0;
-  std::vector<Episode> open_episodes_;
   bool stop_sent_ = false;
   StrategyResult result_;
 };
@@ -238,6 +216,13 @@ Status Supervisor::prepare() {
   for (int i = 0; i < servers_; ++i) names_.push_back(nodeName("ps", i));
   names_.push_back(nodeName("evaluator", 0));
   node_set_.insert(names_.begin(), names_.end());
+  control::SupervisionPolicy policy;
+  policy.workers = workers_;
+  policy.synchronous = mirrored_;
+  policy.elastic = strategy_.on_failure == spec::OnFailure::kElastic;
+  policy.job_restart = strategy_.on_server_failure == spec::OnServerFailure::kJobRestart;
+  policy.restart_after_crash_s = 0;  // a node that dies on its own comes back at once (plus its backoff)
+  supervision_ = std::make_unique<control::Supervision>(policy);
 
   std::error_code ec;
   fs::create_directories(dir_ + "/checkpoints", ec);
@@ -300,16 +285,39 @@ void Supervisor::onExit(const ExitInfo& info) {
 Status Supervisor::restartLocked(const std::string& node) {
   auto pid = launcher_->restart(node, deadlineIn(5s));
   if (!pid.isOk()) return pid.status();
-  Outage& o = down_[node];
-  o.restart_at_s.reset();
-  o.awaiting_incarnation = launcher_->incarnation(node) - 1;
+  const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
+  if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
   {
     std::lock_guard exits_lock(exits_mu_);
     chaos_killed_.erase(node);
   }
   if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
-                                              {"node", node}, {"incarnation", *o.awaiting_incarnation}, {"t", now()}});
+                                              {"node", node}, {"incarnation", incarnation}, {"t", now()}});
   return Status::ok();
+}
+
+void Supervisor::execute(const std::vector<control::Action>& actions) {
+  for (const control::Action& a : actions) {
+    switch (a.kind) {
+      case control::Action::Kind::kRestart: {
+        const std::string name = a.node.name();
+        if (a.only_if_running && !launcher_->running(name)) break;
+        if (Status s = restartLocked(name); !s.isOk()) LOG(ERROR) << "restarting " << name << ": " << s.toString();
+        break;
+      }
+      case control::Action::Kind::kPublishMembership: {
+        const Membership& m = a.membership;
+        if (Status s = ctx_.store->set(key("membership/" + std::to_string(m.generation)), m.toJson().dump()); !s.isOk())
+          LOG(ERROR) << "publishing membership: " << s.toString();
+        if (ctx_.events) (void)ctx_.events->append({{"type", "membership"}, {"strategy", strategy_.label},
+                                                    {"membership", m.toJson()}, {"t", now()}});
+        break;
+      }
+      case control::Action::Kind::kRecovery:
+        recordRecovery(a.seconds);
+        break;
+    }
+  }
 }
 
 void Supervisor::handleExits() {
@@ -321,98 +329,40 @@ void Supervisor::handleExits() {
     chaos_killed = chaos_killed_;
   }
   for (const ExitInfo& e : exits) {
-    if (e.requested || stop_sent_) continue;
-    const bool by_chaos = chaos_killed.count(e.name) > 0;
-    const std::string role = e.name.substr(0, e.name.rfind('-'));
-    const int index = std::stoi(e.name.substr(e.name.rfind('-') + 1));
-    // A worker that ends with status 0 on its own has finished (max_steps, time limit): nothing to heal.
-    if (!by_chaos && !e.signaled && e.code == 0 && role == "worker") continue;
+    auto id = control::NodeId::parse(e.name);
+    if (!id) continue;  // not a node of ours (the launcher only starts names from names_)
+    control::NodeExit exit;
+    exit.node = *id;
+    exit.requested = e.requested;
+    exit.by_chaos = chaos_killed.count(e.name) > 0;
+    exit.clean = !e.signaled && e.code == 0;
+    exit.lifetime_s = std::chrono::duration<double>(e.lifetime).count();
     const int64_t steps = totalWorkerSteps();
     std::lock_guard lock(mu_);
     const double t = now();
-    if (role != "evaluator") {
-      ++result_.failures;
-      open_episodes_.push_back({t, steps, role == "worker"});
-    }
+    auto actions = supervision_->onExit(exit, t, steps);
+    if (!supervision_->isDown(*id) || e.requested) continue;  // not a failure (finished, stopped on purpose)
     LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
     if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
-                                                {"how", e.describe()}, {"by_chaos", by_chaos}, {"t", t}});
-    Outage& o = down_[e.name];
-    o.since_s = t;
-    o.by_chaos = by_chaos;
-    o.awaiting_incarnation.reset();
-    // A node that keeps dying young backs off exponentially (as a Kubernetes CrashLoopBackOff does), so a
-    // node that cannot start does not spin.
-    int& young = crash_loops_[e.name];
-    young = e.lifetime < std::chrono::seconds(3) ? young + 1 : 0;
-    const double backoff = young == 0 ? 0.0 : std::min(8.0, 0.25 * double(1 << std::min(young, 6)));
-    if (!by_chaos) o.restart_at_s = t + kRestartAfterCrashS + backoff;
-    if (role == "worker" && mirrored_ && strategy_.on_failure == spec::OnFailure::kElastic) {
-      std::vector<int> survivors;
-      for (int r : members_)
-        if (r != index) survivors.push_back(r);
-      if (survivors.size() != members_.size() && !survivors.empty()) publishMembership(survivors, false, {});
-      elastic_pending_join_.insert(index);
-    } else if (role == "ps" && strategy_.on_server_failure == spec::OnServerFailure::kJobRestart) {
-      // TensorFlow's behaviour: the whole job restarts from its checkpoints.
-      for (const std::string& n : names_)
-        if (n != e.name && launcher_->running(n)) (void)restartLocked(n);
-      if (!by_chaos) o.restart_at_s = t;
-    }
+                                                {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
+    execute(actions);
   }
-}
-
-void Supervisor::publishMembership(std::vector<int> workers, bool rollback, std::vector<int> joined) {
-  Membership m;
-  m.generation = ++generation_;
-  m.workers = std::move(workers);
-  m.rollback = rollback;
-  m.joined = std::move(joined);
-  members_ = m.workers;
-  if (Status s = ctx_.store->set(key("membership/" + std::to_string(m.generation)), m.toJson().dump()); !s.isOk())
-    LOG(ERROR) << "publishing membership: " << s.toString();
-  if (ctx_.events) (void)ctx_.events->append({{"type", "membership"}, {"strategy", strategy_.label},
-                                              {"membership", m.toJson()}, {"t", now()}});
 }
 
 void Supervisor::checkReplacements() {
   std::lock_guard lock(mu_);
-  const double t = now();
-  std::vector<int> ready_workers;
-  for (auto it = down_.begin(); it != down_.end();) {
-    const std::string& name = it->first;
-    Outage& o = it->second;
-    if (o.restart_at_s && t >= *o.restart_at_s && !launcher_->running(name)) {
-      if (Status s = restartLocked(name); !s.isOk()) LOG(ERROR) << "restarting " << name << ": " << s.toString();
-    }
-    if (o.awaiting_incarnation) {
-      auto ready = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(*o.awaiting_incarnation)));
-      if (ready.isOk() && *ready) {
-        if (name.rfind("worker-", 0) == 0) ready_workers.push_back(std::stoi(name.substr(7)));
-        it = down_.erase(it);
-        continue;
-      }
-    }
-    ++it;
+  for (const control::NodeId& node : supervision_->restartsDue(now()))
+    if (!launcher_->running(node.name()))
+      if (Status s = restartLocked(node.name()); !s.isOk()) LOG(ERROR) << "restarting " << node.name() << ": " << s.toString();
+  std::vector<control::NodeId> ready;
+  for (const std::string& name : names_) {
+    auto id = control::NodeId::parse(name);
+    auto inc = id ? supervision_->awaitedIncarnation(*id) : std::nullopt;
+    if (!inc) continue;
+    auto has = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(*inc)));
+    if (has.isOk() && *has) ready.push_back(*id);
   }
-  if (!mirrored_ || ready_workers.empty()) return;
-  if (strategy_.on_failure == spec::OnFailure::kElastic) {
-    std::vector<int> workers = members_;
-    for (int r : ready_workers) {
-      workers.push_back(r);
-      elastic_pending_join_.erase(r);
-    }
-    std::sort(workers.begin(), workers.end());
-    workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-    publishMembership(workers, false, ready_workers);
-    return;
-  }
-  // restart: everyone waits until every lost worker is back, then rolls back together.
-  for (const auto& [name, o] : down_)
-    if (name.rfind("worker-", 0) == 0) return;
-  std::vector<int> all;
-  for (int i = 0; i < workers_; ++i) all.push_back(i);
-  publishMembership(all, true, ready_workers);
+  if (!ready.empty()) execute(supervision_->onReady(ready));
 }
 
 void Supervisor::requestStop(const std::string& reason) {
@@ -420,6 +370,10 @@ void Supervisor::requestStop(const std::string& reason) {
   stop_sent_ = true;
   result_.stop_reason = reason;
   result_.wall_seconds = now();
+  {
+    std::lock_guard lock(mu_);
+    supervision_->onStop(result_.wall_seconds);
+  }
   (void)ctx_.store->set(key("stop"), reason);
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
                                               {"t", result_.wall_seconds}});
@@ -465,35 +419,10 @@ void Supervisor::handleEvent(const std::string& text) {
       requestStop("target");
     }
   } else if (type == "recovered") {
-    closeEpisodes(number(e, "t", now()));
+    std::lock_guard lock(mu_);
+    execute(supervision_->onRecoveredEvent(number(e, "t", now())));
   } else if (type == "error") {
     LOG(WARNING) << strategy_.label << ": " << e.dump();
-  }
-}
-
-void Supervisor::closeWorkerEpisodes(int64_t worker_steps, double t_s) {
-  // Seen while draining after the stop: the steps that closed it were taken before the stop.
-  if (stop_sent_) t_s = std::min(t_s, result_.wall_seconds);
-  std::lock_guard lock(mu_);
-  for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
-    if (it->worker && worker_steps > it->steps_at_failure) {
-      recordRecovery(std::max(0.0, t_s - it->since_s));
-      it = open_episodes_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void Supervisor::closeEpisodes(double t_s) {
-  std::lock_guard lock(mu_);
-  for (auto it = open_episodes_.begin(); it != open_episodes_.end();) {
-    if (t_s >= it->since_s) {
-      recordRecovery(t_s - it->since_s);
-      it = open_episodes_.erase(it);
-    } else {
-      ++it;
-    }
   }
 }
 
@@ -577,9 +506,10 @@ Result<StrategyResult> Supervisor::run() {
     CHAOSBED_RETURN_IF_ERROR(chaos_controller->checkAvailable());
   }
 
-  std::vector<int> all;
-  for (int i = 0; i < workers_; ++i) all.push_back(i);
-  publishMembership(all, false, {});
+  {
+    std::lock_guard lock(mu_);
+    execute(supervision_->start());
+  }
   start_ns_ = realtimeNs();
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("start"), std::to_string(start_ns_)));
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
@@ -597,8 +527,10 @@ Result<StrategyResult> Supervisor::run() {
     const double t = now();
     if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
     if (t >= time_limit) requestStop("time_limit");
-    bool any_worker = false;
-    for (int i = 0; i < workers_; ++i) any_worker |= launcher_->running(nodeName("worker", i));
+    std::set<int> running_workers;
+    for (int i = 0; i < workers_; ++i)
+      if (launcher_->running(nodeName("worker", i))) running_workers.insert(i);
+    const bool any_worker = !running_workers.empty();
     std::optional<double> first_steps_t;
     if (SteadyClock::now() - last_progress >= 500ms) {
       const NodeStats w = collectStats("worker", workers_);
@@ -606,7 +538,10 @@ Result<StrategyResult> Supervisor::run() {
         for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
-      if (!mirrored_ && w.steps > last_steps) closeWorkerEpisodes(w.steps, t);
+      if (w.steps > last_steps) {
+        std::lock_guard lock(mu_);
+        execute(supervision_->onProgress(w.steps, t));
+      }
       if (ctx_.on_progress) {
         Progress p;
         p.label = strategy_.label;
@@ -624,14 +559,12 @@ Result<StrategyResult> Supervisor::run() {
       last_progress = SteadyClock::now();
     }
     if (!any_worker && !stop_sent_) {
-      // Every worker is gone: the run is over when none of them is down awaiting a replacement (each one
-      // finished: max_steps), and goes on while one is (a crash, or chaos that will replace it).
-      bool worker_down = false;
+      std::optional<std::string> ended;
       {
         std::lock_guard lock(mu_);
-        for (const auto& [name, o] : down_) worker_down |= name.rfind("worker-", 0) == 0;
+        ended = supervision_->workersEnded(running_workers);
       }
-      if (!worker_down) requestStop("workers_ended");
+      if (ended) requestStop(*ended);
     }
     if (stop_sent_) {
       if (!stopped_at) stopped_at = SteadyClock::now();
@@ -652,7 +585,11 @@ Result<StrategyResult> Supervisor::run() {
   result_.servers = collectStats("ps", servers_);
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
-  if (!mirrored_) closeWorkerEpisodes(result_.workers.steps, result_.wall_seconds);
+  {
+    std::lock_guard lock(mu_);
+    execute(supervision_->onProgress(result_.workers.steps, result_.wall_seconds));
+    result_.failures = supervision_->failures();
+  }
   exportMetrics(nullptr);
   return result_;
 }

@@ -1,10 +1,11 @@
 // A stranger on the machine cannot steer a run (issue #11). While a real `chaosbed run` of the tiny scenario
 // trains, this test plays a local process that knows every port but not the run's secret: it finds each
-// chaosbed listener that speaks our protocols (the store greets with "CBS1" and a nonce, a control mesh with
-// a bare 32-byte nonce) and tries (a) to append a forged "eval" event claiming accuracy 1.0, (b) to set the
+// chaosbed listener that speaks our protocols (the store greets with "CBS1" and a nonce; the control meshes
+// are silent until spoken to) and tries (a) to append a forged "eval" event claiming accuracy 1.0, (b) to set the
 // stop flag, both with a made-up proof, and (c) to claim rank 1 on every control mesh and hang up (which
 // used to make the peer declare rank 1 dead). The run must end as training makes it end, and the attempts
-// must be logged as rejected.
+// must be logged as rejected. (The test itself reads the run's secret to find the meshes' ports in the
+// store, as a port scan would; the forgeries never use it.)
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 
 #include "tests/integration/observability_test_util.h"
 #include "transports/bootstrap/net.h"
+#include "transports/bootstrap/store.h"
 
 namespace chaosbed {
 namespace {
@@ -139,28 +141,37 @@ TEST(ControlPlaneForgery, StrangersWithoutTheSecretCannotForgeEventsStopsOrHello
   for (auto& [port, probe] : greetings(listeningPorts(processTree(run.pid())))) {
     const net::FileDescriptor& fd = probe.first;
     const std::string& hello = probe.second;
-    if (hello.size() == 36 && hello.rfind("CBS1", 0) == 0) {
-      ++stores;
-      EXPECT_EQ(store_address, "127.0.0.1:" + std::to_string(port));
-      // A made-up proof, then the forged requests pipelined behind it.
-      std::string forged(64, 'F');
-      forged += request(5, prefix + "/events",
-                        R"({"type":"eval","accuracy":1.0,"snapshot_t":0.42,"node":"evaluator-0","step":1})");
-      forged += request(1, prefix + "/stop", "forged");
-      ASSERT_EQ(::send(fd.get(), forged.data(), forged.size(), MSG_NOSIGNAL), ssize_t(forged.size()));
-      store_rejections += closedByPeer(fd.get(), deadlineIn(5s));
-    } else if (hello.size() == 32) {
-      ++meshes;
-      std::string forged;
-      net::appendU32(forged, 1);  // "I am rank 1"
-      net::appendU64(forged, 1);  // its first incarnation
-      forged += std::string(32, 'F');
-      ASSERT_EQ(::send(fd.get(), forged.data(), forged.size(), MSG_NOSIGNAL), ssize_t(forged.size()));
-      mesh_rejections += closedByPeer(fd.get(), deadlineIn(5s));
-    }
+    if (hello.size() != 36 || hello.rfind("CBS1", 0) != 0) continue;
+    ++stores;
+    EXPECT_EQ(store_address, "127.0.0.1:" + std::to_string(port));
+    // A made-up proof, then the forged requests pipelined behind it.
+    std::string forged(64, 'F');
+    forged += request(5, prefix + "/events", R"({"type":"eval","accuracy":1.0,"snapshot_t":0.42,"node":"evaluator-0","step":1})");
+    forged += request(1, prefix + "/stop", "forged");
+    ASSERT_EQ(::send(fd.get(), forged.data(), forged.size(), MSG_NOSIGNAL), ssize_t(forged.size()));
+    store_rejections += closedByPeer(fd.get(), deadlineIn(5s));
+  }
+  // The meshes' ports, from the nodes' records (u64 incarnation, u32 port, ...).
+  auto secret = Secret::readFile((out / ".secret").string());
+  ASSERT_TRUE(secret.isOk()) << secret.status().toString();
+  auto store = connectStore(store_address, *secret, deadlineIn(10s));
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  for (int rank = 0; rank < 3; ++rank) {
+    auto record = (*store)->get(prefix + "/ucx/" + std::to_string(rank), deadlineIn(10s));
+    ASSERT_TRUE(record.isOk() && record->size() >= 16) << record.status().toString();
+    auto fd = net::connectTcp({"127.0.0.1", uint16_t(net::loadU32(record->data() + 8))}, deadlineIn(5s), false);
+    if (!fd.isOk()) continue;
+    ++meshes;
+    std::string forged;
+    net::appendU32(forged, 1);  // "I am rank 1"
+    net::appendU64(forged, 1);  // its first incarnation
+    forged += std::string(16 + 32, 'F');  // nonce and a made-up proof
+    ASSERT_EQ(::send(fd->get(), forged.data(), forged.size(), MSG_NOSIGNAL), ssize_t(forged.size()));
+    // A paused node (worker 0 is) judges the hello when it resumes.
+    mesh_rejections += closedByPeer(fd->get(), deadlineIn(10s));
   }
   EXPECT_EQ(stores, 1) << "the run's store was not found among its listeners";
-  EXPECT_GE(meshes, 2) << "every node runs a control mesh listener";
+  EXPECT_EQ(meshes, 3) << "every node runs a control mesh listener";
   EXPECT_EQ(store_rejections, stores) << "the store must close a client with a wrong proof";
   EXPECT_EQ(mesh_rejections, meshes) << "a mesh must close a connection with a wrong hello";
 

@@ -13,8 +13,9 @@
 namespace chaosbed::ucx {
 namespace {
 
-constexpr size_t kNonceBytes = 32;
-constexpr size_t kHelloSize = 12 + Secret::kMacBytes;
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kIdentityBytes = 12;
+constexpr size_t kHelloSize = kIdentityBytes + kNonceBytes + Secret::kMacBytes;
 constexpr char kHelloLabel[] = "chaosbed mesh hello";
 constexpr auto kHelloTimeout = std::chrono::seconds(2);
 
@@ -25,10 +26,12 @@ std::string identity(int rank, uint64_t incarnation) {
   return out;
 }
 
-std::string encodeHello(const Secret& secret, const std::string& nonce, int rank, uint64_t incarnation) {
-  const std::string id = identity(rank, incarnation);
-  const Secret::Mac mac = secret.mac(kHelloLabel, nonce + id);
-  return id + std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+// What a hello's MAC covers: the nonce, who dials, and the one process it dials.
+std::string helloTranscript(std::string_view nonce, std::string_view dialler, int acceptor, uint64_t acceptor_incarnation) {
+  std::string t(nonce);
+  t.append(dialler);
+  t.append(identity(acceptor, acceptor_incarnation));
+  return t;
 }
 
 }  // namespace
@@ -72,12 +75,11 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
                              fd.status().message();
     return fd.status().code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
   }
-  std::string nonce(kNonceBytes, '\0');
-  if (Status s = net::readAll(fd->get(), std::as_writable_bytes(std::span(nonce)), deadline); !s.isOk()) {
-    const std::string what = "control connection to rank " + std::to_string(peer) + ": no nonce: " + s.message();
-    return s.code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
-  }
-  std::string hello = encodeHello(secret_, nonce, rank_, incarnation_);
+  const std::string me = identity(rank_, incarnation_);
+  const std::string nonce = Secret::nonce(kNonceBytes);
+  const Secret::Mac mac = secret_.mac(kHelloLabel, helloTranscript(nonce, me, peer, peer_incarnation));
+  std::string hello = me + nonce;
+  hello.append(reinterpret_cast<const char*>(mac.data()), mac.size());
   if (Status s = net::writeAll(fd->get(), std::as_bytes(std::span(hello)), deadline); !s.isOk()) {
     const std::string what = "control hello to rank " + std::to_string(peer) + ": " + s.message();
     return s.code() == StatusCode::kTimeout ? Status::timeout(what) : Status::peerLost(peer, what);
@@ -154,11 +156,7 @@ void ControlMesh::loop() {
         if (!fd.isOk() || !fd->valid()) break;
         auto conn = std::make_unique<Conn>();
         conn->fd = std::move(fd).value();
-        conn->nonce = Secret::nonce(kNonceBytes);
         conn->hello_deadline = SteadyClock::now() + kHelloTimeout;
-        // 32 bytes into a fresh socket's empty send buffer: never short.
-        ssize_t sent = ::send(conn->fd.get(), conn->nonce.data(), conn->nonce.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (sent != static_cast<ssize_t>(conn->nonce.size())) continue;
         std::lock_guard lock(mu_);
         conns_.push_back(std::move(conn));
       }
@@ -189,8 +187,16 @@ void ControlMesh::loop() {
           used = std::min(static_cast<size_t>(n), kHelloSize - c->hello.size());
           c->hello.append(buf, used);
           if (c->hello.size() == kHelloSize) {
-            if (!secret_.verify(kHelloLabel, c->nonce + c->hello.substr(0, 12), std::string_view(c->hello).substr(12))) {
+            const std::string_view hello(c->hello);
+            const std::string_view nonce = hello.substr(kIdentityBytes, kNonceBytes);
+            const std::string transcript = helloTranscript(nonce, hello.substr(0, kIdentityBytes), rank_, incarnation_);
+            if (!secret_.verify(kHelloLabel, transcript, hello.substr(kIdentityBytes + kNonceBytes))) {
               noteRejected("a control connection whose hello did not prove the run's secret");
+              closed.push_back(c);
+              continue;
+            }
+            if (!seen_nonces_.insert(std::string(nonce)).second) {
+              noteRejected("a control connection that replayed a hello");
               closed.push_back(c);
               continue;
             }

@@ -1,11 +1,13 @@
 #pragma once
 // ControlMesh: the control path of the UCX transport (see transports/ucx/transport.h). It owns a TCP
-// listener and one connection per peer and direction. The accepting side opens each connection with a
-// 32-byte nonce; the dialling side answers a hello {u32 rank, u64 incarnation, HMAC(secret, "chaosbed mesh
-// hello", nonce|rank|incarnation)}, so only a holder of the run's Secret can claim a rank, and a recorded
-// hello is worth nothing on another connection. The accepting side learns who dialled from the hello (the
-// dialling side knows already); a connection whose hello is wrong, or missing after 2 s, is closed and
-// logged (rate-limited) and never reported as a loss. One watcher thread polls all of them; when an identified connection reaches
+// listener and one connection per peer and direction. The dialling side opens each connection with a hello
+// {u32 rank, u64 incarnation, 16-byte nonce, HMAC(secret, "chaosbed mesh hello", nonce|rank|incarnation|
+// the acceptor's rank|the acceptor's incarnation)}, so only a holder of the run's Secret can claim a rank.
+// The hello needs nothing from the acceptor (dialling a paused process must not block), so replays are
+// stopped instead by binding the proof to the one process dialled and by each acceptor refusing a nonce it
+// has seen before. The accepting side learns who dialled from the hello (the dialling side knows already);
+// a connection whose hello is wrong or replayed, or missing after 2 s, is closed and logged (rate-limited)
+// and never reported as a loss. One watcher thread polls all of them; when an identified connection reaches
 // EOF or an error, the process at the other end is gone, and on_lost(rank, incarnation) is called from the
 // watcher thread (no mesh lock held). Nothing else is ever sent on these connections.
 
@@ -14,6 +16,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,7 +53,6 @@ class ControlMesh {
     net::FileDescriptor fd;
     int peer = -1;             // -1 until a valid hello arrived
     uint64_t incarnation = 0;
-    std::string nonce;         // accepted connections: the nonce the hello must prove
     Deadline hello_deadline = Deadline::max();  // accepted connections: closed unless identified by then
     std::string hello;         // bytes of an incomplete hello
     bool goodbye = false;      // the peer announced an orderly exit
@@ -64,6 +67,7 @@ class ControlMesh {
   const int rank_;
   const uint64_t incarnation_;
   const Secret secret_;
+  std::set<std::string> seen_nonces_;             // watcher thread only: hellos accepted so far
   int64_t rejected_ = 0;                          // watcher thread only
   SteadyClock::time_point last_rejection_log_{};  // watcher thread only
   net::FileDescriptor listener_;
