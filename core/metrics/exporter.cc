@@ -212,10 +212,12 @@ class PrometheusExporter final : public MetricsExporter {
   PrometheusExporter() = default;
 
   // Starts serving; separate from the constructor so that errors are values.
-  Status listen(const std::string& listen) {
-    auto server = HttpMetricsServer::start(listen, "/metrics", [snapshot = snapshot_] {
-      return prometheus::TextSerializer().Serialize(snapshot->Collect());
-    });
+  Status listen(const std::string& listen, bool allow_remote) {
+    HttpServerOptions options;
+    options.allow_remote = allow_remote;
+    auto server = HttpMetricsServer::start(
+        listen, "/metrics",
+        [snapshot = snapshot_] { return prometheus::TextSerializer().Serialize(snapshot->Collect()); }, options);
     if (!server.isOk()) return Status(server.status()).withContext("metrics");
     server_ = std::move(*server);
     return Status::ok();
@@ -295,9 +297,9 @@ class PrometheusExporter final : public MetricsExporter {
 
 }  // namespace
 
-Result<std::unique_ptr<MetricsExporter>> MetricsExporter::create(const std::string& listen) {
+Result<std::unique_ptr<MetricsExporter>> MetricsExporter::create(const std::string& listen, bool allow_remote) {
   auto exporter = std::make_unique<PrometheusExporter>();
-  CHAOSBED_RETURN_IF_ERROR(exporter->listen(listen));
+  CHAOSBED_RETURN_IF_ERROR(exporter->listen(listen, allow_remote));
   return std::unique_ptr<MetricsExporter>(std::move(exporter));
 }
 

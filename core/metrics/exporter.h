@@ -26,8 +26,10 @@ class MetricsExporter {
  public:
   virtual ~MetricsExporter() = default;
 
-  // Binds listen ("127.0.0.1:9464"; port 0 picks a free port) and serves /metrics.
-  static Result<std::unique_ptr<MetricsExporter>> create(const std::string& listen);
+  // Binds listen ("127.0.0.1:9464"; port 0 picks a free port) and serves /metrics (HttpMetricsServer:
+  // concurrent, with per-connection timeouts). A listen address beyond loopback is InvalidArgument unless
+  // allow_remote: the endpoint is unauthenticated.
+  static Result<std::unique_ptr<MetricsExporter>> create(const std::string& listen, bool allow_remote = false);
   // "host:port" actually bound.
   virtual std::string address() const = 0;
 

@@ -7,22 +7,42 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include "transports/bootstrap/net.h"
 
 namespace chaosbed {
 
 namespace {
 
-constexpr auto kRequestDeadline = std::chrono::seconds(5);
-constexpr size_t kMaxRequestBytes = 16 * 1024;
+using Clock = std::chrono::steady_clock;
 
-int msUntil(std::chrono::steady_clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-  return ms < 0 ? 0 : int(ms);
+// After an accept failure other than EMFILE/ENFILE (ENOBUFS, ENOMEM, ...), accepting pauses this long.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// Accept failures are logged at most this often (with how many happened in between).
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+// Connections accepted per loop iteration at most, so a flood does not starve the open ones.
+constexpr int kAcceptBatch = 64;
+
+int msUntil(Clock::time_point deadline, Clock::time_point now) {
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : int(ms);
+}
+
+std::string response(const std::string& status, const std::string& body, bool with_body) {
+  std::string out = "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
+                    "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  if (with_body) out += body;
+  return out;
 }
 
 }  // namespace
@@ -45,14 +65,17 @@ constexpr int kServeNice = -10;
 class HttpMetricsServer::Impl {
  public:
   Impl(int listen_fd, int wake_read, int wake_write, std::string address, std::string path,
-       std::function<std::string()> render)
+       std::function<std::string()> render, const HttpServerOptions& options)
       : listen_fd_(listen_fd), wake_read_(wake_read), wake_write_(wake_write), address_(std::move(address)),
-        path_(std::move(path)), render_(std::move(render)), thread_([this] { serve(); }) {}
+        path_(std::move(path)), render_(std::move(render)), options_(options),
+        reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)), thread_([this] { serve(); }) {}
 
   ~Impl() {
     const char b = 1;
     (void)!::write(wake_write_, &b, 1);
     thread_.join();
+    for (const Conn& c : conns_) ::close(c.fd);
+    if (reserve_fd_ >= 0) ::close(reserve_fd_);
     ::close(listen_fd_);
     ::close(wake_read_);
     ::close(wake_write_);
@@ -61,94 +84,200 @@ class HttpMetricsServer::Impl {
   const std::string& address() const { return address_; }
 
  private:
+  struct Conn {
+    int fd = -1;
+    bool writing = false;      // the request head is in; `out` is being sent
+    Clock::time_point deadline;
+    std::string in;            // the request head so far
+    std::string out;           // the response
+    size_t sent = 0;
+    bool done = false;         // to be closed at the end of this iteration
+  };
+
   void serve() {
     // The exporter is the instrument, not the system under test: on a machine the nodes saturate, a scrape
     // must not queue behind them for a scheduler slice. Raising priority needs root (CAP_SYS_NICE); without
     // it the thread keeps the default, which is only slower.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kServeNice);
+    std::vector<pollfd> fds;
     for (;;) {
-      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      auto now = Clock::now();
+      Clock::time_point wake_at = Clock::time_point::max();
+      for (Conn& c : conns_) {
+        if (now >= c.deadline) {
+          // Out of time: a client that never finished its head is told why (one try, no waiting).
+          if (!c.writing) {
+            const std::string out = response("408 Request Timeout", "request head not complete in time\n", true);
+            (void)!::send(c.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          }
+          c.done = true;
+        } else {
+          wake_at = std::min(wake_at, c.deadline);
+        }
+      }
+      closeDone();
+      const bool accepting = now >= accept_paused_until_ && (int(conns_.size()) < options_.max_connections ||
+                                                             std::any_of(conns_.begin(), conns_.end(),
+                                                                         [](const Conn& c) { return !c.writing; }));
+      if (now < accept_paused_until_) wake_at = std::min(wake_at, accept_paused_until_);
+
+      fds.clear();
+      fds.push_back({wake_read_, POLLIN, 0});
+      fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // a negative fd is ignored by poll()
+      for (const Conn& c : conns_) fds.push_back({c.fd, short(c.writing ? POLLOUT : POLLIN), 0});
+      const int timeout = wake_at == Clock::time_point::max() ? -1 : msUntil(wake_at, now);
+      if (::poll(fds.data(), fds.size(), timeout) < 0) {
         if (errno == EINTR) continue;
+        PLOG(ERROR) << "metrics server " << address_ << ": poll; the endpoint stops serving";
         return;
       }
-      if (fds[1].revents) return;  // stop
-      if (!(fds[0].revents & POLLIN)) continue;
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the client went away, or out of descriptors for now
-      handle(fd);
-      ::close(fd);
+      if (fds[0].revents) return;  // stop
+      // Connections first (their indexes match fds[2...]), then new ones.
+      for (size_t i = 0; i < conns_.size(); ++i)
+        if (fds[i + 2].revents) progress(conns_[i]);
+      closeDone();
+      if (fds[1].revents) acceptSome();
     }
   }
 
-  // Waits for fd to be ready, or for a stop request; false on deadline or stop.
-  bool waitReady(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      pollfd fds[2] = {{fd, events, 0}, {wake_read_, POLLIN, 0}};
-      int r = ::poll(fds, 2, msUntil(deadline));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0 || fds[1].revents) return false;
-      return true;
+  void closeDone() {
+    std::erase_if(conns_, [](const Conn& c) {
+      if (c.done) ::close(c.fd);
+      return c.done;
+    });
+  }
+
+  void acceptSome() {
+    for (int i = 0; i < kAcceptBatch; ++i) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        if (int(conns_.size()) >= options_.max_connections) {
+          // Full: the oldest connection still sending its head makes room (conns_ is in accept order).
+          auto oldest = std::find_if(conns_.begin(), conns_.end(), [](const Conn& c) { return !c.writing; });
+          if (oldest == conns_.end()) {  // every connection is being answered: this one must wait its turn
+            ::close(fd);
+            noteAcceptFailure("connection limit reached (" + std::to_string(options_.max_connections) + ")");
+            return;
+          }
+          ::close(oldest->fd);
+          conns_.erase(oldest);
+        }
+        Conn c;
+        c.fd = fd;
+        c.deadline = Clock::now() + options_.head_timeout;
+        conns_.push_back(std::move(c));
+        continue;
+      }
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if ((err == EMFILE || err == ENFILE) && reserve_fd_ >= 0) {
+        // Out of descriptors: spend the reserved one to take the pending connection off the queue and close
+        // it, so the listener stops being readable (else poll() returns at once, forever).
+        ::close(reserve_fd_);
+        const int victim = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (victim >= 0) ::close(victim);
+        reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        noteAcceptFailure(std::string("accept: ") + std::strerror(err) + "; connection closed unserved");
+        if (reserve_fd_ < 0) accept_paused_until_ = Clock::now() + kAcceptPause;
+        return;
+      }
+      // No reserve, or a failure that retrying at once would not cure (ENOBUFS, ENOMEM, ...): pause.
+      accept_paused_until_ = Clock::now() + kAcceptPause;
+      noteAcceptFailure(std::string("accept: ") + std::strerror(err) + "; accepting paused");
+      return;
     }
   }
 
-  void handle(int fd) {
-    const auto deadline = std::chrono::steady_clock::now() + kRequestDeadline;
-    std::string req;
+  // Logs an accept failure at most once per kAcceptLogInterval, with the number since the last line.
+  void noteAcceptFailure(const std::string& what) {
+    ++accept_failures_;
+    const auto now = Clock::now();
+    if (last_accept_log_ != Clock::time_point() && now - last_accept_log_ < kAcceptLogInterval) return;
+    LOG(WARNING) << "metrics server " << address_ << ": " << what << " (" << accept_failures_
+                 << " accept failure(s) since the last message)";
+    last_accept_log_ = now;
+    accept_failures_ = 0;
+  }
+
+  void progress(Conn& c) {
+    if (c.writing) return write(c);
     char buf[4096];
-    while (req.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
       if (n > 0) {
-        req.append(buf, size_t(n));
-        if (req.size() > kMaxRequestBytes) return respond(fd, "431 Request Header Fields Too Large", "", deadline, true);
-      } else if (n == 0) {
-        return;
-      } else if (errno == EAGAIN || errno == EINTR) {
-        if (!waitReady(fd, POLLIN, deadline)) return;
-      } else {
-        return;
+        c.in.append(buf, size_t(n));
+        if (c.in.find("\r\n\r\n") != std::string::npos) break;
+        if (c.in.size() > options_.max_request_bytes) break;
+        continue;
       }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // wait for more
+      c.done = true;  // closed before the end of its head, or an error
+      return;
     }
+    c.out = answer(c.in);
+    c.in.clear();
+    c.in.shrink_to_fit();
+    c.writing = true;
+    c.deadline = Clock::now() + options_.write_timeout;
+    write(c);
+  }
+
+  std::string answer(const std::string& req) {
+    const size_t head_end = req.find("\r\n\r\n");
+    if (head_end == std::string::npos || head_end + 4 > options_.max_request_bytes)
+      return response("431 Request Header Fields Too Large", "", true);
     const size_t sp1 = req.find(' ');
     const size_t sp2 = sp1 == std::string::npos ? sp1 : req.find(' ', sp1 + 1);
-    if (sp2 == std::string::npos) return respond(fd, "400 Bad Request", "malformed request line\n", deadline, true);
+    if (sp2 == std::string::npos || sp2 > head_end) return response("400 Bad Request", "malformed request line\n", true);
     const std::string method = req.substr(0, sp1);
     std::string target = req.substr(sp1 + 1, sp2 - sp1 - 1);
     target = target.substr(0, target.find('?'));
-    if (method != "GET" && method != "HEAD") return respond(fd, "405 Method Not Allowed", "GET " + path_ + "\n", deadline, true);
-    if (target != path_) return respond(fd, "404 Not Found", "metrics are at " + path_ + "\n", deadline, true);
-    respond(fd, "200 OK", render_(), deadline, method == "GET");
+    if (method != "GET" && method != "HEAD") return response("405 Method Not Allowed", "GET " + path_ + "\n", true);
+    if (target != path_) return response("404 Not Found", "metrics are at " + path_ + "\n", true);
+    return response("200 OK", render_(), method == "GET");
   }
 
-  void respond(int fd, const std::string& status, const std::string& body, std::chrono::steady_clock::time_point deadline,
-               bool with_body) {
-    std::string out = "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
-                      "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-    if (with_body) out += body;
-    size_t sent = 0;
-    while (sent < out.size()) {
-      ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) sent += size_t(n);
-      else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        if (!waitReady(fd, POLLOUT, deadline)) return;
+  void write(Conn& c) {
+    while (c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.sent += size_t(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;  // the client's window is full: wait for POLLOUT
       } else {
+        c.done = true;
         return;
       }
     }
-    ::shutdown(fd, SHUT_WR);
+    ::shutdown(c.fd, SHUT_WR);
+    c.done = true;
   }
 
   int listen_fd_, wake_read_, wake_write_;
   std::string address_, path_;
   std::function<std::string()> render_;
+  const HttpServerOptions options_;
+  // Serving-thread state (nothing else touches it while the thread runs).
+  std::vector<Conn> conns_;          // in accept order
+  int reserve_fd_;                   // spent to shed a connection at EMFILE; -1 when it could not be reopened
+  Clock::time_point accept_paused_until_{};
+  Clock::time_point last_accept_log_{};
+  int64_t accept_failures_ = 0;
   std::thread thread_;  // last: starts once everything above is set
 };
 
 Result<std::unique_ptr<HttpMetricsServer>> HttpMetricsServer::start(const std::string& listen, const std::string& path,
-                                                                    std::function<std::string()> render) {
+                                                                    std::function<std::string()> render,
+                                                                    const HttpServerOptions& options) {
   std::string host;
   int port = 0;
   CHAOSBED_RETURN_IF_ERROR(parseHostPort(listen, &host, &port));
+  if (options.max_connections < 1 || options.max_request_bytes < 16)
+    return Status::invalidArgument("metrics server: max_connections must be >= 1 and max_request_bytes >= 16");
   std::string lookup = host;
   if (lookup.size() > 2 && lookup.front() == '[' && lookup.back() == ']') lookup = lookup.substr(1, lookup.size() - 2);
   addrinfo hints{};
@@ -160,19 +289,32 @@ Result<std::unique_ptr<HttpMetricsServer>> HttpMetricsServer::start(const std::s
     return Status::invalidArgument("address '" + listen + "': cannot resolve '" + host + "': " + ::gai_strerror(rc));
   int fd = -1;
   std::string why = "no address";
+  std::string remote;  // the first resolved address refused for not being loopback
   for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    if (!options.allow_remote && !net::isLoopbackAddress(a->ai_addr)) {
+      char numeric[NI_MAXHOST] = "?";
+      ::getnameinfo(a->ai_addr, a->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
+      if (remote.empty()) remote = numeric;
+      continue;
+    }
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
       why = std::strerror(errno);
       ::close(fd);
       fd = -1;
     }
   }
   ::freeaddrinfo(res);
+  if (fd < 0 && !remote.empty() && why == "no address")
+    return Status::invalidArgument("address '" + listen + "': " + remote +
+                                   " is not a loopback address; the endpoint is unauthenticated, and binding beyond "
+                                   "loopback must be allowed explicitly");
   if (fd < 0) return Status::unavailable("cannot listen on " + listen + ": " + why);
+  // The serving loop polls: accept must never block it.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -183,7 +325,7 @@ Result<std::unique_ptr<HttpMetricsServer>> HttpMetricsServer::start(const std::s
     ::close(fd);
     return Status::unavailable(std::string("metrics server: pipe: ") + std::strerror(errno));
   }
-  auto impl = std::make_unique<Impl>(fd, wake[0], wake[1], host + ":" + port_str, path, std::move(render));
+  auto impl = std::make_unique<Impl>(fd, wake[0], wake[1], host + ":" + port_str, path, std::move(render), options);
   return std::unique_ptr<HttpMetricsServer>(new HttpMetricsServer(std::move(impl)));
 }
 

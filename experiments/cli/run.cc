@@ -9,20 +9,45 @@
 #include <cstdio>
 
 #include "chaos/controller.h"
+#include "core/metrics/prometheus_http_server.h"
 #include "experiments/cli/cli.h"
 #include "experiments/run/experiment.h"
+#include "transports/bootstrap/net.h"
 
 DEFINE_string(out, "", "run: results directory (default: <output.dir>/<experiment>/<UTC time>-<id>)");
 DEFINE_string(metrics_addr, "", "run: host:port of the Prometheus endpoint (default: the spec's metrics.listen; "
-                                "port 0 picks a free port; 'off' disables it)");
+                                "port 0 picks a free port; 'off' disables it); loopback only unless "
+                                "--metrics_allow_remote");
+DEFINE_bool(metrics_allow_remote, false, "run: let the Prometheus endpoint bind beyond loopback (it has no "
+                                         "authentication; a warning says so); so does the spec's metrics.allow_remote");
 
 namespace chaosbed::cli {
 
+bool checkMetricsFlags(const char* command) {
+  const std::string& addr = FLAGS_metrics_addr;
+  if (addr.empty() || addr == "off") return true;
+  std::string host;
+  int port = 0;
+  if (Status s = parseHostPort(addr, &host, &port); !s.isOk()) {
+    std::fprintf(stderr, "chaosbed %s: --metrics_addr: %s\n", command, s.message().c_str());
+    return false;
+  }
+  if (!FLAGS_metrics_allow_remote && !net::isLoopbackHost(host)) {
+    std::fprintf(stderr,
+                 "chaosbed %s: --metrics_addr %s: '%s' is not a loopback address (127.0.0.1, [::1], localhost); the "
+                 "metrics endpoint has no authentication, so exposing it needs --metrics_allow_remote\n",
+                 command, addr.c_str(), host.c_str());
+    return false;
+  }
+  return true;
+}
+
 int runExperiment(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--metrics_addr HOST:PORT]\n");
+    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--metrics_addr HOST:PORT [--metrics_allow_remote]]\n");
     return kExitUsage;
   }
+  if (!checkMetricsFlags("run")) return kExitUsage;
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
   if (!spec) {
@@ -38,6 +63,7 @@ int runExperiment(int argc, char** argv) {
   run::ExperimentOptions options;
   options.out_dir = FLAGS_out;
   options.metrics_addr = FLAGS_metrics_addr;
+  options.metrics_allow_remote = FLAGS_metrics_allow_remote;
   options.interrupted = &interrupted;
   options.tty = isatty(STDOUT_FILENO);
   auto outcome = run::runExperiment(*spec, options);

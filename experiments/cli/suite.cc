@@ -19,6 +19,7 @@
 DEFINE_string(junit, "", "suite: write JUnit XML to this file");
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
+DECLARE_bool(metrics_allow_remote);
 
 namespace chaosbed::cli {
 
@@ -27,6 +28,7 @@ int runSuite(int argc, char** argv) {
     std::fprintf(stderr, "usage: chaosbed suite SUITE [--junit FILE] [--out DIR]\n");
     return kExitUsage;
   }
+  if (!checkMetricsFlags("suite")) return kExitUsage;
   config::Diagnostics diagnostics;
   auto suite = suite::readSuite(argv[1], &diagnostics);
   if (!suite) {
@@ -54,6 +56,7 @@ int runSuite(int argc, char** argv) {
     run::ExperimentOptions ro;
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;
+    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
     ro.interrupted = &interrupted;
     auto outcome = run::runExperiment(sc.spec, ro);
     if (!outcome.isOk()) return outcome.status();

@@ -15,6 +15,7 @@
 
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
+DECLARE_bool(metrics_allow_remote);
 
 namespace chaosbed::cli {
 
@@ -23,6 +24,7 @@ int runSweep(int argc, char** argv) {
     std::fprintf(stderr, "usage: chaosbed sweep SPEC [--out DIR] [--metrics_addr HOST:PORT]\n");
     return kExitUsage;
   }
+  if (!checkMetricsFlags("sweep")) return kExitUsage;
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
   if (!spec) {
@@ -43,6 +45,7 @@ int runSweep(int argc, char** argv) {
     run::ExperimentOptions ro;
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;
+    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
     ro.interrupted = &interrupted;
     auto outcome = run::runExperiment(point, ro);
     if (interrupted) return Status::cancelled("interrupted");

@@ -11,6 +11,7 @@
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
 #include "experiments/run/results.h"
+#include "transports/bootstrap/net.h"
 #include "chaosbed/config.h"
 #if CHAOSBED_HAVE_NCCL
 #include "transports/nccl/communicator.h"
@@ -93,13 +94,18 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0", secret));
   CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), secret, deadlineIn(std::chrono::seconds(10))));
 
-  // One Prometheus endpoint for the whole run; loopback unless the spec or the caller says otherwise.
+  // One Prometheus endpoint for the whole run; loopback unless the spec or the caller allows more.
   std::unique_ptr<MetricsExporter> metrics;
   const std::string listen = options.metrics_addr.empty() ? spec.metrics.listen : options.metrics_addr;
   if (listen != "off") {
-    auto exporter = MetricsExporter::create(listen);
+    const bool allow_remote = options.metrics_allow_remote || spec.metrics.allow_remote;
+    auto exporter = MetricsExporter::create(listen, allow_remote);
     if (!exporter.isOk()) return exporter.status().withContext("metrics endpoint " + listen);
     metrics = std::move(*exporter);
+    if (!net::isLoopbackHost(listen.substr(0, listen.rfind(':'))))
+      std::fprintf(stderr, "chaosbed run: warning: the metrics endpoint listens on %s, beyond loopback: anyone who "
+                   "can reach that port reads this run's metrics (there is no authentication)\n",
+                   metrics->address().c_str());
     if (out) {
       std::fprintf(out, "metrics: http://%s/metrics\n", metrics->address().c_str());
       std::fflush(out);

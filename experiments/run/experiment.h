@@ -16,6 +16,8 @@ namespace chaosbed::run {
 struct ExperimentOptions {
   std::string out_dir;        // empty: <output.dir>/<experiment>/<UTC time>-<id> with a `latest` link
   std::string metrics_addr;   // empty: the spec's metrics.listen; "off": no endpoint
+  // Let the endpoint bind beyond loopback (so does the spec's metrics.allow_remote); a warning says so.
+  bool metrics_allow_remote = false;
   const std::atomic<bool>* interrupted = nullptr;
   FILE* progress = stdout;    // live progress and the final table; nullptr: silent
   bool tty = false;           // rewrite one progress line in place

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/config/override.h"
+#include "transports/bootstrap/net.h"
 
 namespace chaosbed::spec {
 namespace {
@@ -220,10 +221,19 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::ve
 
 void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
   ConfigNode n = root.child("metrics");
-  n.checkKeys({"listen", "push_gateway"});
+  n.checkKeys({"listen", "push_gateway", "allow_remote"});
   m->listen = n.optional<std::string>("listen", m->listen);
-  if (n.child("listen").isScalar())
-    if (std::string why = checkHostPort(m->listen); !why.empty()) n.child("listen").error(why);
+  m->allow_remote = n.optional<bool>("allow_remote", false);
+  if (n.child("listen").isScalar()) {
+    if (std::string why = checkHostPort(m->listen); !why.empty()) {
+      n.child("listen").error(why);
+    } else if (const std::string host = m->listen.substr(0, m->listen.rfind(':'));
+               !m->allow_remote && !net::isLoopbackHost(host)) {
+      // Decided from the text, not a resolver: a name other than localhost may resolve anywhere.
+      n.child("listen").error("'" + host + "' is not a loopback address (127.0.0.1, [::1], localhost); the endpoint is "
+                              "unauthenticated, so exposing it needs metrics.allow_remote: true");
+    }
+  }
   m->push_gateway = n.optional<std::string>("push_gateway", "");
   if (n.child("push_gateway").isScalar() && !m->push_gateway.empty()) {
     std::string_view g = m->push_gateway;
@@ -502,6 +512,7 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   emitString(e, "listen", spec.metrics.listen);
   if (!spec.metrics.push_gateway.empty()) emitString(e, "push_gateway", spec.metrics.push_gateway);
+  emitBool(e, "allow_remote", spec.metrics.allow_remote);
   e << YAML::EndMap;
 
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

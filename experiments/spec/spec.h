@@ -16,7 +16,8 @@
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
 //        checkpoint_on_notice: false}
 //   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
-//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091}
+//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false}
+//            # listen must be loopback (127.0.0.0/8, [::1], localhost) unless allow_remote: true
 //   output: {dir: results}
 //   sweep: {grid: {cluster.workers: [2, 4, 8]}, repeats: 3}   # or seeds: [1, 2, 3]
 //
@@ -128,6 +129,8 @@ struct ChaosSection {
 struct MetricsSpec {
   std::string listen = "127.0.0.1:9464";  // host:port of the Prometheus exporter; port 0 = any free port
   std::string push_gateway;               // empty = none; else [http[s]://]host:port[/path]
+  // The exporter is unauthenticated: a listen host other than loopback is an error unless this is set.
+  bool allow_remote = false;
   bool operator==(const MetricsSpec&) const = default;
 };
 

@@ -33,10 +33,8 @@
 
 namespace chaosbed::observability_test {
 
-// The repository root, from this header's own path (tests/integration/...).
-inline std::filesystem::path repoRoot() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-}
+// The repository root (CHAOSBED_SOURCE_DIR, set by tests/CMakeLists.txt).
+inline std::filesystem::path repoRoot() { return CHAOSBED_SOURCE_DIR; }
 inline std::filesystem::path dashboardsDir() { return repoRoot() / "dashboards"; }
 
 inline bool haveTool(const std::string& name) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/testing/multiprocess.h"
+#include "tests/testing/sockets.h"
 #include "transports/ucx/transport.h"
 
 namespace chaosbed {
@@ -282,6 +283,42 @@ TEST(UcxTransport, ReplacementUnderTheSameRankAfterReconnect) {
   auto exchanged = mp.waitFor(0, "exchanged", deadlineIn(seconds(30)));
   EXPECT_TRUE(exchanged.isOk()) << exchanged.status().toString();
   expectAllExitZero(mp, seconds(30));
+}
+
+// UcxOptions::net_devices (loopback by default) keeps UCX's own listeners on 127.0.0.1, even with the
+// tcp transport forced and UCX_NET_DEVICES=all inherited from the environment; and data still flows.
+TEST(UcxTransport, ListensOnLoopbackOnlyWhateverTheEnvironmentSays) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    ::setenv("UCX_TLS", "tcp,self", 1);  // the forked child alone: data over tcp, so its listener matters
+    ::setenv("UCX_NET_DEVICES", "all", 1);
+    auto t = makeTransport(c);
+    int listening = 0;
+    std::string all;
+    for (const auto& s : testing::ipSocketsOf({::getpid()})) {
+      all += " " + s.toString();
+      if (s.port != 0 && !s.loopback) return c.fail("bound beyond loopback:" + s.toString());
+      listening += s.listening;
+    }
+    // The control mesh's listener and UCX's tcp listener at least.
+    if (listening < 2) return c.fail("expected >= 2 listeners, found:" + all);
+    c.report("sockets" + all);
+    const int other = 1 - c.rank();
+    const size_t n = 1 << 20;
+    if (c.rank() == 0) {
+      auto data = pattern(n, 0);
+      if (Status st = send(*t, other, 5, data, deadlineIn(seconds(20))); !st.isOk()) return c.fail(st.toString());
+    } else {
+      std::vector<std::byte> got(n);
+      RequestPtr r = t->irecv(other, 5, got);
+      if (Status st = wait(*t, r, deadlineIn(seconds(20))); !st.isOk()) return c.fail(st.toString());
+      if (got != pattern(n, 0)) return c.fail("content mismatch");
+    }
+    return 0;
+  }).isOk());
+  expectAllExitZero(mp, seconds(60));
+  for (int r = 0; r < 2; ++r)
+    for (const auto& line : mp.reports(r)) std::printf("[ucx] rank %d %s\n", r, line.c_str());
 }
 
 }  // namespace

@@ -59,6 +59,41 @@ Result<HostPort> parseHostPort(const std::string& address) {
   return HostPort{address.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
+namespace {
+
+bool isLoopback4(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
+bool isLoopback6(const in6_addr& a) {
+  return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+}
+
+}  // namespace
+
+bool isLoopbackAddress(const sockaddr* address) {
+  if (address == nullptr) return false;
+  if (address->sa_family == AF_INET) {
+    sockaddr_in a;
+    std::memcpy(&a, address, sizeof a);
+    return isLoopback4(a.sin_addr);
+  }
+  if (address->sa_family == AF_INET6) {
+    sockaddr_in6 a;
+    std::memcpy(&a, address, sizeof a);
+    return isLoopback6(a.sin6_addr);
+  }
+  return false;
+}
+
+bool isLoopbackHost(const std::string& host) {
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return isLoopback4(v4);
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return isLoopback6(v6);
+  return false;  // a name other than localhost: it may resolve anywhere
+}
+
 Result<FileDescriptor> listenTcp(const HostPort& where, HostPort* bound) {
   CHAOSBED_ASSIGN_OR_RETURN(sockaddr_in sa, resolve(where));
   FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));

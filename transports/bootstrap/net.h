@@ -12,6 +12,8 @@
 #include "transports/status.h"
 #include "transports/transport.h"
 
+struct sockaddr;
+
 namespace chaosbed::net {
 
 // Owns a file descriptor; closes it on destruction. Movable, not copyable.
@@ -41,6 +43,13 @@ struct HostPort {
 
 // Parses "host:port" (IPv4 literal or a resolvable name; port 0..65535). InvalidArgument names the input.
 Result<HostPort> parseHostPort(const std::string& address);
+
+// Whether `host` (the host part of "host:port": a name, an IPv4 literal, or an IPv6 literal with or without
+// brackets) names loopback by itself, without asking a resolver: 127.0.0.0/8, ::1, ::ffff:127.x.x.x or
+// "localhost". Every other name, and the wildcards 0.0.0.0 and ::, count as not loopback.
+bool isLoopbackHost(const std::string& host);
+// Whether a resolved socket address (AF_INET or AF_INET6) is a loopback address; false for other families.
+bool isLoopbackAddress(const sockaddr* address);
 
 // A listening, non-blocking TCP socket bound to host:port (port 0 lets the kernel choose); `bound` receives
 // the actual address.

@@ -238,6 +238,17 @@ Status UcxTransport::init() {
       return Status::invalidArgument("ucx: UCX_TLS=" + tls + ": " + ucsText(st));
     }
   }
+  bool overridden = false;
+  const char* user_devices = std::getenv("UCX_NET_DEVICES");
+  if (const std::string devices = netDevicesFor(options_.net_devices, user_devices, &overridden); !devices.empty()) {
+    if (overridden)
+      LOG(WARNING) << "ucx rank " << rank_ << ": ignoring UCX_NET_DEVICES=" << user_devices << ": this transport uses "
+                   << devices << " only (UcxOptions::net_devices)";
+    if (ucs_status_t st = ucp_config_modify(config, "NET_DEVICES", devices.c_str()); st != UCS_OK) {
+      ucp_config_release(config);
+      return Status::invalidArgument("ucx: UCX_NET_DEVICES=" + devices + ": " + ucsText(st));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -714,6 +725,11 @@ Status UcxTransport::reconnect(int peer, Deadline deadline) {
 }
 
 }  // namespace
+
+std::string netDevicesFor(const std::string& option, const char* user, bool* overridden) {
+  *overridden = !option.empty() && user != nullptr && option != user;
+  return option;
+}
 
 std::string tlsWithoutCma(const std::string& tls) {
   if (tls.empty() || tls == "all") return "^cma";

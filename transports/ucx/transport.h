@@ -54,6 +54,9 @@
 
 namespace chaosbed {
 
+// The Linux loopback interface, as UCX names network devices.
+inline constexpr const char* kLoopbackNetDevices = "lo";
+
 struct UcxOptions {
   int rank = 0;
   int size = 1;
@@ -73,6 +76,12 @@ struct UcxOptions {
   int64_t incarnation = -1;
   // Address the control listener binds and publishes (the host's address for multi-host runs).
   std::string control_host = "127.0.0.1";
+  // The network devices UCX may use, in UCX_NET_DEVICES syntax ("lo", "eth0,mlx5_0:1", "all"). The
+  // default, kLoopbackNetDevices, keeps UCX's own sockets (the tcp transport listens on every device it
+  // may use, with a backlog of 4096) on 127.0.0.1; shared-memory transports are not network devices and
+  // are unaffected. Non-empty, it overrides a UCX_NET_DEVICES in the environment (see netDevicesFor);
+  // empty leaves UCX's configuration as it is (the environment, else UCX's default: every device).
+  std::string net_devices = kLoopbackNetDevices;
   // How long progress() polls before it sleeps on the worker's event fd.
   std::chrono::microseconds spin{200};
   // Cross-memory attach (process_vm_readv) copies a large message in one pass on one host, but UCX 1.13
@@ -84,6 +93,13 @@ struct UcxOptions {
 
 // The UCX_TLS value that honours `tls` (the user's UCX_TLS, empty when unset) without CMA.
 std::string tlsWithoutCma(const std::string& tls);
+
+// The UCX_NET_DEVICES value the transport configures for `option` (UcxOptions::net_devices) when the
+// environment holds `user` (nullptr: unset), or "" to leave UCX's configuration alone. The option wins: the
+// environment of a node is whatever shell started `chaosbed run` (an HPC module exporting
+// UCX_NET_DEVICES=mlx5_0:1, say), and the promise that a one-host run listens on loopback only must not
+// depend on it. `*overridden` is set when the user's value differs and is ignored, so the caller can say so.
+std::string netDevicesFor(const std::string& option, const char* user, bool* overridden);
 
 // Creates the UCP context and worker, publishes this rank and connects to every peer (all ranks must call
 // it; it waits for their records until connect_timeout). `store` must outlive the transport: reconnect()

@@ -14,7 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kRepo = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+const fs::path kRepo = CHAOSBED_SOURCE_DIR;
 const fs::path kScenarios = kRepo / "experiments" / "scenarios";
 const fs::path kSharedExample = kRepo.parent_path() / "shared" / "examples" / "spot-preemption.yaml";
 

@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kExperiments = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "experiments";
+const fs::path kExperiments = fs::path(CHAOSBED_SOURCE_DIR) / "experiments";
 const fs::path kScenarios = kExperiments / "scenarios";
 
 struct Outcome {

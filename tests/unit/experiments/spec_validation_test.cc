@@ -121,6 +121,14 @@ const BadSpec kBadSpecs[] = {
     {"metrics listen address",
      spec(kCluster, kData, kStrategies, "metrics: {listen: localhost}\n"),
      {"t.yaml:9:19: metrics.listen: expected host:port, got 'localhost'"}},
+    {"metrics listen beyond loopback",
+     spec(kCluster, kData, kStrategies, "metrics: {listen: 0.0.0.0:9464}\n"),
+     {"t.yaml:9:19: metrics.listen: '0.0.0.0' is not a loopback address (127.0.0.1, [::1], localhost); the endpoint "
+      "is unauthenticated, so exposing it needs metrics.allow_remote: true"}},
+    {"metrics listen on a name that may resolve anywhere",
+     spec(kCluster, kData, kStrategies, "metrics: {listen: 'myhost:9464', allow_remote: false}\n"),
+     {"t.yaml:9:19: metrics.listen: 'myhost' is not a loopback address (127.0.0.1, [::1], localhost); the endpoint "
+      "is unauthenticated, so exposing it needs metrics.allow_remote: true"}},
     {"empty file", "", {"t.yaml:1:1: the spec is empty; it needs at least apiVersion, kind, metadata, cluster and strategies"}},
     {"sweep value that breaks the spec",
      spec(kCluster, kData, kStrategies, "sweep:\n  grid:\n    cluster.workers: [2, 0]\n"),
@@ -174,6 +182,29 @@ TEST(SpecValidation, AcceptsTheMinimalSpecWithDefaults) {
   EXPECT_TRUE(s->chaos.parsed.faults.empty());
   EXPECT_EQ(s->metrics.listen, "127.0.0.1:9464");
   EXPECT_FALSE(s->sweep.has_value());
+}
+
+TEST(SpecValidation, MetricsBeyondLoopbackNeedAllowRemote) {
+  for (const char* listen : {"127.0.0.1:0", "localhost:9464", "'[::1]:9464'"}) {
+    config::Diagnostics d;
+    auto s = parseExperimentSpec(YAML::Load(spec(kCluster, kData, kStrategies, std::string("metrics: {listen: ") + listen + "}\n")),
+                                 "t.yaml", &d);
+    EXPECT_TRUE(s.has_value()) << listen << ": " << d.toString();
+    if (s) {
+      EXPECT_FALSE(s->metrics.allow_remote);
+    }
+  }
+  config::Diagnostics d;
+  auto s = parseExperimentSpec(
+      YAML::Load(spec(kCluster, kData, kStrategies, "metrics: {listen: 0.0.0.0:9464, allow_remote: true}\n")), "t.yaml", &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_TRUE(s->metrics.allow_remote);
+  // The resolved spec keeps the permission: it reads back equal.
+  config::Diagnostics d2;
+  auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
+  ASSERT_TRUE(again.has_value()) << d2.toString();
+  EXPECT_EQ(again->metrics, s->metrics);
+  EXPECT_NE(diagnose(spec(kCluster, kData, kStrategies, "metrics: {allow_remote: please}\n")), std::vector<std::string>{});
 }
 
 TEST(SpecValidation, RelativeDataPathIsAnchoredAtTheSpec) {
