@@ -118,4 +118,42 @@ std::string comparisonTable(const std::vector<StrategyResult>& results, double t
   return out.str();
 }
 
+double StrategyResult::goodputSamplesPerSecond() const {
+  return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
+}
+
+double StrategyResult::idleFraction() const {
+  const double busy = workers.busySeconds();
+  return busy > 0 ? workers.idleSeconds() / busy : 0;
+}
+
+nlohmann::json StrategyResult::toJson() const {
+  nlohmann::json idle = {{"peer", workers.seconds[int(TimeCategory::kIdlePeer)]},
+                         {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
+                         {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
+  nlohmann::json j = {{"kind", kind},
+                      {"tta_seconds", tta_seconds ? nlohmann::json(*tta_seconds) : nlohmann::json(nullptr)},
+                      {"reached_target", tta_seconds.has_value()},
+                      {"final_accuracy", final_accuracy},
+                      {"final_loss", final_loss},
+                      {"steps", workers.steps},
+                      {"samples", workers.samples},
+                      {"samples_lost", samplesLost()},
+                      {"wall_seconds", wall_seconds},
+                      {"goodput_samples_per_s", goodputSamplesPerSecond()},
+                      {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
+                      {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
+                      {"idle_seconds", idle},
+                      {"idle_fraction", idleFraction()},
+                      {"failures", failures},
+                      {"recoveries", recoveries},
+                      {"recovery_seconds", recovery_seconds},
+                      {"faults_applied", faults_applied},
+                      {"chaos_leaks", chaos_leaks},
+                      {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},
+                      {"checkpoint_failures", workers.checkpoint_failures + servers.checkpoint_failures},
+                      {"stop_reason", stop_reason}};
+  return j;
+}
+
 }  // namespace chaosbed::run

@@ -20,6 +20,7 @@
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
 #include "core/strategies/strategy.h"
+#include "experiments/run/node_config.h"
 #include "experiments/run/results.h"
 
 namespace chaosbed::run {
@@ -38,39 +39,6 @@ std::string nodeName(const std::string& role, int index) { return role + "-" + s
 double number(const nlohmann::json& j, const char* key, double otherwise) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
-}
-
-TrainingConfig trainingConfig(const spec::ExperimentSpec& s) {
-  TrainingConfig c;
-  c.layers = s.model.layers;
-  c.dataset = spec::name(s.data.dataset);
-  c.data_path = s.data.path;
-  if (s.data.dataset == spec::Dataset::kSynthetic) c.synthetic_samples = s.data.samples;
-  c.batch_per_worker = s.training.batch_per_worker;
-  c.learning_rate = s.training.learning_rate;
-  c.momentum = s.training.momentum;
-  c.weight_decay = s.training.weight_decay;
-  c.seed = uint64_t(s.training.seed);
-  c.target_accuracy = s.training.target_accuracy;
-  c.time_limit_s = s.training.time_limit_s;
-  c.eval_interval_s = s.training.eval_interval_s;
-  c.checkpoint_interval_s = s.training.checkpoint_interval_s;
-  c.max_steps = s.training.max_steps.value_or(0);
-  return c;
-}
-
-StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::StrategySpec& st) {
-  StrategyOptions o;
-  o.kind = st.kind == spec::StrategyKind::kMirrored ? StrategyKind::kMirrored : StrategyKind::kParameterServer;
-  o.label = st.label;
-  o.elastic = st.on_failure == spec::OnFailure::kElastic;
-  o.backup_workers = st.backup_workers;
-  o.checkpoint_on_notice = st.checkpoint_on_notice;
-  o.job_restart = st.on_server_failure == spec::OnServerFailure::kJobRestart;
-  o.max_staleness = st.max_staleness;
-  o.shards = st.shards > 0 ? st.shards : s.cluster.servers;
-  o.nccl = o.kind == StrategyKind::kMirrored && s.cluster.transport == spec::Transport::kNccl;
-  return o;
 }
 
 class Supervisor;
@@ -249,10 +217,12 @@ Status Supervisor::prepare() {
 
 Status Supervisor::launchAll() {
   for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id) return Status::internal("not a node name: " + name);
     NodeSpec n;
     n.name = name;
-    n.role = name.substr(0, name.rfind('-'));
-    n.index = std::stoi(name.substr(name.rfind('-') + 1));
+    n.role = control::roleName(id->role);
+    n.index = id->index;
     n.args = {n.role, "--node_config=" + dir_ + "/node-config.json"};
     n.env = {{"OPENBLAS_NUM_THREADS", "1"}};
     n.cpus = spec_.cluster.cpu_per_node;
@@ -456,7 +426,9 @@ void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
   const std::string& exp = spec_.metadata.name;
   std::map<std::string, int> alive;
   for (const std::string& name : names_) {
-    const std::string role = name.substr(0, name.rfind('-'));
+    const auto id = control::NodeId::parse(name);
+    if (!id) continue;
+    const std::string role = control::roleName(id->role);
     alive[role] += launcher_->running(name) ? 1 : 0;
     if (role != "evaluator") ctx_.metrics->updateNode({exp, strategy_.label, role, name}, nodeStats(name));
   }
@@ -595,44 +567,6 @@ Result<StrategyResult> Supervisor::run() {
 }
 
 }  // namespace
-
-double StrategyResult::goodputSamplesPerSecond() const {
-  return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
-}
-
-double StrategyResult::idleFraction() const {
-  const double busy = workers.busySeconds();
-  return busy > 0 ? workers.idleSeconds() / busy : 0;
-}
-
-nlohmann::json StrategyResult::toJson() const {
-  nlohmann::json idle = {{"peer", workers.seconds[int(TimeCategory::kIdlePeer)]},
-                         {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
-                         {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
-  nlohmann::json j = {{"kind", kind},
-                      {"tta_seconds", tta_seconds ? nlohmann::json(*tta_seconds) : nlohmann::json(nullptr)},
-                      {"reached_target", tta_seconds.has_value()},
-                      {"final_accuracy", final_accuracy},
-                      {"final_loss", final_loss},
-                      {"steps", workers.steps},
-                      {"samples", workers.samples},
-                      {"samples_lost", samplesLost()},
-                      {"wall_seconds", wall_seconds},
-                      {"goodput_samples_per_s", goodputSamplesPerSecond()},
-                      {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
-                      {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
-                      {"idle_seconds", idle},
-                      {"idle_fraction", idleFraction()},
-                      {"failures", failures},
-                      {"recoveries", recoveries},
-                      {"recovery_seconds", recovery_seconds},
-                      {"faults_applied", faults_applied},
-                      {"chaos_leaks", chaos_leaks},
-                      {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},
-                      {"checkpoint_failures", workers.checkpoint_failures + servers.checkpoint_failures},
-                      {"stop_reason", stop_reason}};
-  return j;
-}
 
 Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy) {
   Supervisor supervisor(ctx, strategy);
