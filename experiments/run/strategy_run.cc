@@ -18,6 +18,7 @@
 #include "chaos/controller.h"
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
+#include "core/runtime/link_command.h"
 #include "core/strategies/strategy.h"
 #include "experiments/run/results.h"
 
@@ -135,12 +136,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
   Status setLink(const std::string& node, const std::vector<std::string>& peers,
                  const chaos::FaultParams& params) override {
-    nlohmann::json cmd = {{"op", "set"}, {"peers", peers}, {"bandwidth_mbps", params.bandwidth_mbps},
-                          {"latency_ms", params.latency_ms}, {"partition", params.partition}};
+    LinkCommand cmd{LinkCommand::Op::kSet, peers, params.bandwidth_mbps, params.latency_ms, params.partition};
     return sendLinkCommand(node, cmd);
   }
   Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
-    return sendLinkCommand(node, {{"op", "clear"}, {"peers", peers}});
+    return sendLinkCommand(node, LinkCommand{LinkCommand::Op::kClear, peers});
   }
 
   void chaosApplying(chaos::FaultKind kind, const std::string& node) {
@@ -155,16 +155,18 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   double now() const { return double(realtimeNs() - start_ns_) * 1e-9; }
 
-  Status sendLinkCommand(const std::string& node, const nlohmann::json& cmd) {
+  // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
+  // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
+  Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
     auto n = ctx_.store->add(key("link/" + node + "/count"), 1);
     if (!n.isOk()) return n.status();
     const std::string index = std::to_string(*n - 1);
-    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), cmd.dump()));
+    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), encodeLinkCommand(cmd)));
     // The node applies commands in order and acknowledges each; a dead node never does.
     auto ack = ctx_.store->get(key("link/" + node + "/ack/" + index), deadlineIn(2s));
     if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
-    return Status::ok();
+    return decodeLinkAck(*ack).withContext(node + ": link command " + index);
   }
 
   Status prepare();
