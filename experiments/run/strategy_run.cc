@@ -207,6 +207,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::unique_ptr<Launcher> launcher_;
   int64_t start_ns_ = 0;
 
+  mutable std::mutex bad_stats_mu_;
+  mutable std::set<std::string> bad_stats_;  // GUARDED_BY(bad_stats_mu_): stats keys already logged as malformed
+
   // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
   // while calling the launcher (whose restart() waits for that thread).
   std::mutex exits_mu_;
@@ -495,13 +498,14 @@ NodeStats Supervisor::nodeStats(const std::string& name) const {
     if (!has.isOk() || !*has) continue;
     auto v = ctx_.store->get(k, deadlineIn(1s));
     if (!v.isOk()) continue;
-    auto j = nlohmann::json::parse(*v, nullptr, false);
-    if (j.is_discarded()) continue;
-    try {
-      total.merge(NodeStats::fromJson(j));
-    } catch (const std::exception& ex) {
-      LOG(WARNING) << name << ": unreadable stats report: " << ex.what();
+    auto stats = NodeStats::decode(*v);
+    if (stats.isOk()) {
+      total.merge(*stats);
+      continue;
     }
+    // Ignored (a report never counts in part); logged once per key, not at every poll.
+    std::lock_guard lock(bad_stats_mu_);
+    if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
   }
   return total;
 }
