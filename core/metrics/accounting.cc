@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/config/json_fields.h"
+
 namespace chaosbed {
 
 const char* timeCategoryName(TimeCategory c) {
@@ -31,12 +33,36 @@ nlohmann::json Histogram::toJson() const {
   return {{"bounds", bounds}, {"counts", counts}, {"sum", sum}, {"count", count}};
 }
 
-Histogram Histogram::fromJson(const nlohmann::json& j) {
-  Histogram h(j.at("bounds").get<std::vector<double>>());
-  h.counts = j.at("counts").get<std::vector<uint64_t>>();
-  h.sum = j.at("sum").get<double>();
-  h.count = j.at("count").get<uint64_t>();
-  if (h.counts.size() != h.bounds.size() + 1) h.counts.resize(h.bounds.size() + 1, h.count);
+namespace {
+
+// Magnitudes beyond it are not measurements (and sums of a few of them stay finite).
+constexpr double kMaxMagnitude = 1e18;
+
+// Reads into h; problems land in f (whose status the caller checks).
+Histogram readHistogram(config::JsonFields f) {
+  Histogram h(f.numbers("bounds", -kMaxMagnitude, kMaxMagnitude, Histogram::kMaxBuckets));
+  const std::vector<int64_t> counts = f.integers("counts", 0, NodeStats::kMaxCount, Histogram::kMaxBuckets + 1);
+  h.sum = f.number("sum", 0, kMaxMagnitude);
+  h.count = uint64_t(f.integer("count", 0, NodeStats::kMaxCount));
+  for (size_t i = 1; f.ok() && i < h.bounds.size(); ++i)
+    if (!(h.bounds[i] > h.bounds[i - 1])) f.error("bounds", "not strictly increasing at index " + std::to_string(i));
+  if (f.ok() && counts.size() != h.bounds.size() + 1)
+    f.error("counts", std::to_string(counts.size()) + " entries for " + std::to_string(h.bounds.size()) + " bounds");
+  for (size_t i = 1; f.ok() && i < counts.size(); ++i)
+    if (counts[i] < counts[i - 1]) f.error("counts", "not cumulative at index " + std::to_string(i));
+  if (f.ok() && uint64_t(counts.back()) != h.count)
+    f.error("counts", "the last (+Inf) count " + std::to_string(counts.back()) + " is not count " +
+                          std::to_string(h.count));
+  if (f.ok()) h.counts.assign(counts.begin(), counts.end());
+  return h;
+}
+
+}  // namespace
+
+Result<Histogram> Histogram::fromJson(const nlohmann::json& j) {
+  config::JsonFields f(j, "histogram");
+  Histogram h = readHistogram(f);
+  CHAOSBED_RETURN_IF_ERROR(f.status());
   return h;
 }
 
@@ -85,20 +111,28 @@ nlohmann::json NodeStats::toJson() const {
           {"recovery_seconds", recovery_seconds.toJson()}};
 }
 
-NodeStats NodeStats::fromJson(const nlohmann::json& j) {
+Result<NodeStats> NodeStats::fromJson(const nlohmann::json& j) {
+  config::JsonFields f(j, "stats report");
   NodeStats s;
+  config::JsonFields secs = f.object("seconds", /*optional=*/true);
   for (int c = 0; c < kTimeCategories; ++c)
-    s.seconds[c] = j.at("seconds").value(timeCategoryName(TimeCategory(c)), 0.0);
-  s.steps = j.value("steps", int64_t{0});
-  s.samples = j.value("samples", int64_t{0});
-  s.samples_lost = j.value("samples_lost", int64_t{0});
-  s.checkpoints_written = j.value("checkpoints_written", int64_t{0});
-  s.checkpoint_failures = j.value("checkpoint_failures", int64_t{0});
-  s.recoveries = j.value("recoveries", int64_t{0});
-  if (j.contains("step_seconds")) s.step_seconds = Histogram::fromJson(j["step_seconds"]);
-  if (j.contains("staleness")) s.staleness = Histogram::fromJson(j["staleness"]);
-  if (j.contains("recovery_seconds")) s.recovery_seconds = Histogram::fromJson(j["recovery_seconds"]);
+    s.seconds[c] = secs.number(timeCategoryName(TimeCategory(c)), 0, kMaxSeconds, 0.0);
+  s.steps = f.integer("steps", 0, kMaxCount, 0);
+  s.samples = f.integer("samples", 0, kMaxCount, 0);
+  s.samples_lost = f.integer("samples_lost", 0, kMaxCount, 0);
+  s.checkpoints_written = f.integer("checkpoints_written", 0, kMaxCount, 0);
+  s.checkpoint_failures = f.integer("checkpoint_failures", 0, kMaxCount, 0);
+  s.recoveries = f.integer("recoveries", 0, kMaxCount, 0);
+  if (f.has("step_seconds")) s.step_seconds = readHistogram(f.object("step_seconds"));
+  if (f.has("staleness")) s.staleness = readHistogram(f.object("staleness"));
+  if (f.has("recovery_seconds")) s.recovery_seconds = readHistogram(f.object("recovery_seconds"));
+  CHAOSBED_RETURN_IF_ERROR(f.status());
   return s;
+}
+
+Result<NodeStats> NodeStats::decode(std::string_view text) {
+  CHAOSBED_ASSIGN_OR_RETURN(nlohmann::json j, config::parseJson(text, "stats report"));
+  return fromJson(j);
 }
 
 void NodeStats::merge(const NodeStats& o) {

@@ -14,9 +14,12 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "transports/status.h"
 
 namespace chaosbed {
 
@@ -35,8 +38,13 @@ struct Histogram {
   explicit Histogram(std::vector<double> upper_bounds = {});
   void observe(double v);
   nlohmann::json toJson() const;
-  static Histogram fromJson(const nlohmann::json& j);
+  // Checked decode (the JSON comes from another process), never throws. InvalidArgument unless bounds are
+  // finite and strictly increasing (at most kMaxBuckets), counts has bounds.size() + 1 entries that never
+  // decrease and end with count, and sum is finite and >= 0 (every histogram here observes values >= 0).
+  static Result<Histogram> fromJson(const nlohmann::json& j);
   void merge(const Histogram& other);  // same bounds
+
+  static constexpr size_t kMaxBuckets = 256;
 };
 
 Histogram stepSecondsHistogram();   // 1 ms .. 30 s
@@ -58,7 +66,14 @@ struct NodeStats {
   double idleSeconds() const;
   double busySeconds() const;  // compute + transfer + idle
   nlohmann::json toJson() const;
-  static NodeStats fromJson(const nlohmann::json& j);
+  // Checked decode of a report a node wrote to the store; never throws. Absent fields read as 0 (and the
+  // default histograms); present ones must be of the right type, finite and in range: seconds in
+  // [0, kMaxSeconds], counters in [0, kMaxCount]. Anything else is InvalidArgument naming the field.
+  static Result<NodeStats> fromJson(const nlohmann::json& j);
+  static Result<NodeStats> decode(std::string_view text);
+
+  static constexpr double kMaxSeconds = 1e9;                // ~30 years of one category
+  static constexpr int64_t kMaxCount = int64_t{1} << 50;    // sums of many reports stay far from overflow
   void merge(const NodeStats& other);  // sums (for per-strategy totals)
 };
 

@@ -1,7 +1,15 @@
 #include "core/runtime/control.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <ctime>
+#include <limits>
+#include <optional>
+
+#include "core/config/json_fields.h"
 
 namespace chaosbed {
 
@@ -13,21 +21,77 @@ int64_t realtimeNs() {
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+Result<int64_t> parseStartNs(std::string_view text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v <= 0)
+    return Status::invalidArgument("start: expected a positive decimal realtime in ns, got \"" +
+                                   config::excerpt(text, 40) + "\"");
+  return v;
+}
+
 nlohmann::json Membership::toJson() const {
   return {{"generation", generation}, {"workers", workers}, {"rollback", rollback}, {"joined", joined}};
 }
 
-Membership Membership::fromJson(const nlohmann::json& j) {
+Result<Membership> Membership::fromJson(const nlohmann::json& j, int world_workers) {
+  config::JsonFields f(j, "membership");
+  const int64_t max_rank = world_workers > 0 ? world_workers - 1 : int64_t{kMaxMembers} - 1;
   Membership m;
-  m.generation = j.at("generation").get<int64_t>();
-  m.workers = j.at("workers").get<std::vector<int>>();
-  m.rollback = j.value("rollback", false);
-  m.joined = j.value("joined", std::vector<int>{});
+  m.generation = f.integer("generation", 0, std::numeric_limits<int64_t>::max());
+  const std::vector<int64_t> workers = f.integers("workers", 0, max_rank, kMaxMembers);
+  m.rollback = f.boolean("rollback", false);
+  const std::vector<int64_t> joined = f.integers("joined", 0, max_rank, kMaxMembers, std::vector<int64_t>{});
+  if (f.ok() && workers.empty()) f.error("workers", "empty");
+  for (size_t i = 1; f.ok() && i < workers.size(); ++i)
+    if (workers[i] <= workers[i - 1]) f.error("workers", "not strictly increasing at index " + std::to_string(i));
+  for (size_t i = 0; f.ok() && i < joined.size(); ++i) {
+    if (!std::binary_search(workers.begin(), workers.end(), joined[i]))
+      f.error("joined", "rank " + std::to_string(joined[i]) + " is not among the workers");
+    else if (std::find(joined.begin(), joined.begin() + long(i), joined[i]) != joined.begin() + long(i))
+      f.error("joined", "rank " + std::to_string(joined[i]) + " listed twice");
+  }
+  CHAOSBED_RETURN_IF_ERROR(f.status());
+  m.workers.assign(workers.begin(), workers.end());
+  m.joined.assign(joined.begin(), joined.end());
   return m;
 }
 
-ControlChannel::ControlChannel(Store& store, std::string prefix, std::string node, int incarnation)
-    : store_(store), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation) {}
+Result<Membership> Membership::decode(std::string_view text, int world_workers) {
+  CHAOSBED_ASSIGN_OR_RETURN(nlohmann::json j, config::parseJson(text, "membership"));
+  return fromJson(j, world_workers);
+}
+
+StoreWatchBackoff::Next StoreWatchBackoff::after(const Status& outcome) {
+  Next next;
+  if (outcome.isOk() || outcome.code() == StatusCode::kTimeout) {
+    wait_ = 0ms;
+    unavailable_ = 0;
+    failing_ = false;
+    return next;
+  }
+  next.first_error = !failing_;
+  failing_ = true;
+  unavailable_ = outcome.code() == StatusCode::kUnavailable ? unavailable_ + 1 : 0;
+  if (unavailable_ >= kUnavailableLimit) {
+    next.controller_gone = true;
+    return next;
+  }
+  wait_ = wait_ == 0ms ? kFirstWait : std::min(kMaxWait, wait_ * 2);
+  next.wait = wait_;
+  return next;
+}
+
+ControlChannel::ControlChannel(Store& store, std::string prefix, std::string node, int incarnation, int world_workers)
+    : store_(store), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation),
+      world_workers_(world_workers) {
+  backoff_wait_ = [this](std::chrono::milliseconds wait) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, wait, [this] { return closing(); });
+    return !closing();
+  };
+}
 
 ControlChannel::~ControlChannel() { stopBackground(); }
 
@@ -38,7 +102,7 @@ Status ControlChannel::announceReady() {
 Result<int64_t> ControlChannel::waitStart(Deadline deadline) {
   auto v = store_.get(key("start"), deadline);
   if (!v.isOk()) return v.status().withContext("waiting for the controller to start training");
-  start_ns_ = std::stoll(*v);
+  CHAOSBED_ASSIGN_OR_RETURN(start_ns_, parseStartNs(*v));
   return start_ns_;
 }
 
@@ -63,56 +127,191 @@ Status ControlChannel::noticeReceived() {
   return store_.set(key("notice/" + node_ + "#" + std::to_string(incarnation_)), std::to_string(realtimeNs()));
 }
 
-Result<Membership> ControlChannel::membership(int64_t generation, Deadline deadline) {
-  auto v = store_.get(key("membership/" + std::to_string(generation)), deadline);
-  if (!v.isOk()) return v.status();
-  try {
-    return Membership::fromJson(nlohmann::json::parse(*v));
-  } catch (const std::exception& e) {
-    return Status::dataLoss(std::string("membership/") + std::to_string(generation) + ": " + e.what());
+bool ControlChannel::waitStopRequested(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, deadline, [this] { return stopRequested(); });
+  return stopRequested();
+}
+
+int ControlChannel::requestStop(int state) {
+  int previous = kRunning;
+  {
+    std::lock_guard lock(mu_);
+    previous = stop_.load(std::memory_order_acquire);
+    if (previous != kControllerLost) stop_.store(state, std::memory_order_release);
   }
+  cv_.notify_all();
+  return previous;
+}
+
+void ControlChannel::rejectOnce(const std::string& k, const Status& problem) {
+  constexpr size_t kMaxLogged = 1024;  // distinct keys; beyond it, malformed values go unlogged
+  {
+    std::lock_guard lock(mu_);
+    if (rejected_.size() > kMaxLogged || !rejected_.insert(k).second) return;
+    if (rejected_.size() > kMaxLogged) {
+      LOG(WARNING) << node_ << ": more than " << kMaxLogged << " malformed control values; no longer logging them";
+      return;
+    }
+  }
+  LOG(WARNING) << node_ << ": ignoring malformed " << k << ": " << problem.message();
+}
+
+Result<Membership> ControlChannel::readMembership(int64_t generation, Deadline deadline) {
+  const std::string k = "membership/" + std::to_string(generation);
+  auto v = store_.get(key(k), deadline);
+  if (!v.isOk()) return v.status();
+  // Decode problems are DataLoss, so that they never pass for the store's own errors.
+  auto m = Membership::decode(*v, world_workers_);
+  if (!m.isOk()) return Status::dataLoss(k + ": " + m.status().message());
+  if (m->generation != generation)
+    return Status::dataLoss(k + ": membership: generation: " + std::to_string(m->generation) +
+                            " under the key of generation " + std::to_string(generation));
+  return m;
+}
+
+Result<Membership> ControlChannel::membership(int64_t generation, Deadline deadline) {
+  auto m = readMembership(generation, deadline);
+  if (!m.isOk() && m.status().code() == StatusCode::kDataLoss)
+    rejectOnce("membership/" + std::to_string(generation), m.status());
+  return m;
 }
 
 Result<Membership> ControlChannel::waitMembershipAfter(int64_t after, Deadline deadline) {
-  CHAOSBED_ASSIGN_OR_RETURN(Membership m, membership(after + 1, deadline));
-  // Skip ahead to the newest generation: intermediate ones are already superseded.
+  std::optional<Membership> newest;
+  int64_t g = after + 1;
+  // Blocks for the first generation after `after`; then skips ahead to the newest one (intermediate ones
+  // are already superseded), passing over malformed ones.
+  Result<Membership> m = membership(g, deadline);
   for (;;) {
-    auto has = store_.contains(key("membership/" + std::to_string(m.generation + 1)));
-    if (!has.isOk() || !*has) return m;
-    CHAOSBED_ASSIGN_OR_RETURN(m, membership(m.generation + 1, deadline));
+    if (m.isOk()) {
+      newest = std::move(*m);
+    } else if (m.status().code() != StatusCode::kDataLoss) {
+      if (newest) return *newest;
+      return m.status();
+    }
+    auto has = store_.contains(key("membership/" + std::to_string(g + 1)));
+    if (has.isOk() && *has) {
+      m = membership(++g, deadline);
+      continue;
+    }
+    if (newest) return *newest;
+    if (!has.isOk() && has.status().code() != StatusCode::kTimeout) return has.status();
+    // Only malformed generations so far: wait for the next one (a timeout returns Timeout, so callers
+    // keep checking the stop flag as they do while nothing was published).
+    if (SteadyClock::now() >= deadline)
+      return Status::timeout("no valid membership after generation " + std::to_string(after));
+    m = membership(++g, deadline);
   }
 }
+
+bool ControlChannel::pace(StoreWatchBackoff& backoff, const Status& outcome, const char* watcher, bool log) {
+  const StoreWatchBackoff::Next next = backoff.after(outcome);
+  if (next.controller_gone) {
+    if (requestStop(kControllerLost) != kControllerLost)
+      LOG(ERROR) << node_ << ": the store has been unavailable " << StoreWatchBackoff::kUnavailableLimit
+                 << " times in a row (" << watcher << " watcher: " << outcome.toString()
+                 << "): the controller is gone; stopping";
+    return false;
+  }
+  if (next.first_error && log)
+    LOG(WARNING) << node_ << ": " << watcher << " watcher: " << outcome.toString() << "; backing off";
+  if (next.wait.count() == 0) return !closing();
+  return backoff_wait_(next.wait) && !closing();
+}
+
+void ControlChannel::watchStop() {
+  StoreWatchBackoff backoff;
+  while (!closing()) {
+    auto v = store_.get(key("stop"), deadlineIn(kWatchPoll));
+    if (v.isOk()) {
+      (void)requestStop(kStopRequested);
+      return;
+    }
+    if (!pace(backoff, v.status(), "stop")) return;
+  }
+}
+
+void ControlChannel::watchMembership() {
+  StoreWatchBackoff backoff;
+  int64_t next = latest_generation_.load() + 1;
+  while (!closing()) {
+    auto m = readMembership(next, deadlineIn(kWatchPoll));
+    Status outcome = m.status();
+    if (m.isOk()) {
+      latest_generation_.store(next, std::memory_order_release);
+      ++next;
+    } else if (outcome.code() == StatusCode::kDataLoss) {
+      // Never followed. The controller may overwrite it, or publish the next generation, which supersedes
+      // it: look at both, at the backoff's pace.
+      rejectOnce("membership/" + std::to_string(next), outcome);
+      auto newer = store_.contains(key("membership/" + std::to_string(next + 1)));
+      if (newer.isOk() && *newer) {
+        ++next;
+        outcome = Status::ok();
+      } else if (!newer.isOk() && newer.status().code() != StatusCode::kTimeout) {
+        outcome = newer.status();
+      }
+    }
+    if (!pace(backoff, outcome, "membership", /*log=*/outcome.code() != StatusCode::kDataLoss)) return;
+  }
+}
+
+void ControlChannel::watchLinks(const std::function<Status(const LinkCommand&)>& apply) {
+  StoreWatchBackoff backoff;
+  const std::string base = "link/" + node_ + "/";
+  for (int64_t i = 0; !closing();) {
+    auto text = store_.get(key(base + std::to_string(i)), deadlineIn(kWatchPoll));
+    if (!text.isOk()) {
+      if (!pace(backoff, text.status(), "link")) return;
+      continue;
+    }
+    auto command = decodeLinkCommand(*text);
+    Status outcome = command.status();
+    if (!outcome.isOk()) {
+      rejectOnce(base + std::to_string(i), outcome);
+    } else {
+      outcome = apply(*command);
+      if (outcome.isOk())
+        LOG(INFO) << node_ << ": link command " << i << " applied: " << config::excerpt(*text, 300);
+      else
+        LOG(WARNING) << node_ << ": link command " << i << " failed: " << outcome.toString();
+    }
+    // Every command is answered, so the controller never waits out its deadline on one.
+    Status acked = store_.set(key(base + "ack/" + std::to_string(i)), encodeLinkAck(outcome));
+    ++i;
+    if (!pace(backoff, acked, "link")) return;
+  }
+}
+
+void ControlChannel::setBackoffWait(BackoffWait wait) { backoff_wait_ = std::move(wait); }
 
 void ControlChannel::startBackground(std::function<NodeStats()> stats, std::chrono::milliseconds period) {
   closing_ = false;
   stats_fn_ = stats;
-  threads_.emplace_back([this] {
-    while (!closing_) {
-      if (store_.get(key("stop"), deadlineIn(200ms)).isOk()) {
-        stop_.store(true, std::memory_order_release);
-        return;
-      }
-    }
-  });
-  threads_.emplace_back([this] {
-    while (!closing_) {
-      int64_t next = latest_generation_.load() + 1;
-      if (store_.get(key("membership/" + std::to_string(next)), deadlineIn(200ms)).isOk())
-        latest_generation_.store(next, std::memory_order_release);
-    }
-  });
+  threads_.emplace_back([this] { watchStop(); });
+  threads_.emplace_back([this] { watchMembership(); });
   threads_.emplace_back([this, stats = std::move(stats), period] {
     auto next = SteadyClock::now();
-    while (!closing_) {
+    while (!closing()) {
       next += period;
       (void)reportStats(stats());
-      while (!closing_ && SteadyClock::now() < next) std::this_thread::sleep_for(std::min<SteadyClock::duration>(50ms, next - SteadyClock::now()));
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, next, [this] { return closing(); });
     }
   });
 }
 
+void ControlChannel::startLinkWatcher(std::function<Status(const LinkCommand&)> apply) {
+  threads_.emplace_back([this, apply = std::move(apply)] { watchLinks(apply); });
+}
+
 void ControlChannel::stopBackground() {
-  closing_ = true;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();

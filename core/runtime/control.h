@@ -7,30 +7,49 @@
 //   key                           writer      value
 // <incarnation> counts a node's predecessors: 0 for its first process, 1 for its first replacement, ...
 //   ready/<node>#<incarnation>    node        "1" once its transport is up (the controller waits on it)
-//   start                         controller  realtime ns of the start of training (t0 of TTA)
+//   start                         controller  realtime ns of the start of training (t0 of TTA), decimal
 //   stats/<node>#<incarnation>    node        NodeStats JSON, cumulative, refreshed ~2x per second
 //   events (a list)               node        JSON events (recovery, rollback, checkpoint, ...), one atomic
 //                                             append each (Store::append), read in order with readList
 //   membership/<g>                controller  Membership JSON of generation g (g = 0, 1, ...)
 //   stop                          controller  reason; nodes finish the current step and exit 0
 //   notice/<node>#<incarnation>   node        a preemption notice (SIGTERM) was received
-//   link/<node>/count, link/<node>/<i>  controller  link shaping commands for that node (JSON: op set|clear,
-//                                                  peers [node names], bandwidth_mbps, latency_ms, partition)
-//   link/<node>/ack/<i>           node        command i was applied to the node's shaper
+//   link/<node>/count, link/<node>/<i>  controller  link shaping commands for that node
+//                                                  (core/runtime/link_command.h)
+//   link/<node>/ack/<i>           node        "1" once command i was applied, "rejected: <why>" when it was
+//                                             not (malformed, or the shaper refused it)
 //
 // Times that cross processes are realtime nanoseconds (CLOCK_REALTIME; one host or NTP-synchronised).
+//
+// Every value read from the store is untrusted input: it is decoded with checks (core/config/json_fields.h),
+// and a malformed one is logged once (one line per key) and never followed: a malformed start time fails
+// waitStart, a malformed membership generation is skipped by the watcher and by waitMembershipAfter (and is
+// an error from membership()), a malformed link command is acknowledged as rejected and not applied.
+//
+// Watchers and a lost controller: the watcher threads (stop flag, membership, link commands) long-poll the
+// store. After an error other than Timeout they back off (StoreWatchBackoff: 50 ms doubling to 1 s) instead
+// of spinning. The store client never reconnects, so Unavailable means the controller (which hosts the
+// store) is gone: after StoreWatchBackoff::kUnavailableLimit consecutive Unavailable answers (about 1.5 s)
+// the watcher sets the stop flag and controllerLost(), training ends at its next check, and the node exits
+// (core/runtime/node.h): nodes never outlive their controller.
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/metrics/accounting.h"
+#include "core/runtime/link_command.h"
 #include "transports/bootstrap/store.h"
 #include "transports/status.h"
 
@@ -38,22 +57,57 @@ namespace chaosbed {
 
 int64_t realtimeNs();
 
+// The value of the "start" key: a decimal realtime ns > 0, nothing else (no sign, space or suffix).
+Result<int64_t> parseStartNs(std::string_view text);
+
 // Who takes part in training, decided by the controller. Ranks are transport ranks.
 struct Membership {
+  static constexpr size_t kMaxMembers = 65536;
+
   int64_t generation = 0;
   std::vector<int> workers;  // live worker ranks of this generation, sorted
   bool rollback = false;     // everyone restores the latest checkpoint before continuing (restart policy)
   std::vector<int> joined;   // replacements that join in this generation (elastic: receive params)
 
   nlohmann::json toJson() const;
-  static Membership fromJson(const nlohmann::json& j);
+  // Checked decode, never throws. InvalidArgument unless: generation is an integer >= 0; workers is a
+  // non-empty, strictly increasing list of ranks in [0, world_workers) (only >= 0 when world_workers is 0);
+  // rollback, when present, is a boolean; joined, when present, lists distinct members of workers.
+  static Result<Membership> fromJson(const nlohmann::json& j, int world_workers = 0);
+  static Result<Membership> decode(std::string_view text, int world_workers = 0);
 };
 
-// Node side. Owns two watcher threads that long-poll the stop flag and the next membership generation, so
-// the training loop checks them with an atomic load.
+// How a loop that polls the store paces itself. A pure function of the outcomes it was shown (unit-tested
+// without a store or a clock): OK and Timeout (the long poll ran out) go on at once; any other error waits
+// kFirstWait, doubling up to kMaxWait while errors continue; kUnavailableLimit consecutive Unavailable
+// outcomes mean the controller, which hosts the store, is gone.
+class StoreWatchBackoff {
+ public:
+  static constexpr std::chrono::milliseconds kFirstWait{50};
+  static constexpr std::chrono::milliseconds kMaxWait{1000};
+  static constexpr int kUnavailableLimit = 6;  // waits 50+100+200+400+800 ms between them: ~1.5 s
+
+  struct Next {
+    std::chrono::milliseconds wait{0};
+    bool controller_gone = false;
+    bool first_error = false;  // the first error after a success: the one to log
+  };
+  Next after(const Status& outcome);
+
+ private:
+  std::chrono::milliseconds wait_{0};
+  int unavailable_ = 0;
+  bool failing_ = false;
+};
+
+// Node side. Owns watcher threads that long-poll the stop flag and the next membership generation (and,
+// once started, the node's link commands), so the training loop checks them with an atomic load.
+// Thread-safe, except startBackground/startLinkWatcher/stopBackground/setBackoffWait, which belong to the
+// thread that owns the channel.
 class ControlChannel {
  public:
-  ControlChannel(Store& store, std::string prefix, std::string node, int incarnation);
+  // world_workers: the number of worker ranks, the bound for ranks in a membership (0: not checked).
+  ControlChannel(Store& store, std::string prefix, std::string node, int incarnation, int world_workers = 0);
   ~ControlChannel();
 
   const std::string& node() const { return node_; }
@@ -61,7 +115,8 @@ class ControlChannel {
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
 
   Status announceReady();
-  // Blocks until the controller starts training; returns t0 (realtime ns).
+  // Blocks until the controller starts training; returns t0 (realtime ns). A malformed start value is
+  // InvalidArgument (parseStartNs).
   Result<int64_t> waitStart(Deadline deadline);
   // Seconds since t0 (after waitStart).
   double elapsed() const;
@@ -72,31 +127,75 @@ class ControlChannel {
   Status event(const std::string& type, nlohmann::json fields = {});
   Status noticeReceived();
 
-  bool stopRequested() const { return stop_.load(std::memory_order_acquire); }
-  // The newest membership generation the watcher has seen (-1 before the first).
+  // Set when the controller published "stop", or when the watchers found the controller gone.
+  bool stopRequested() const { return stop_.load(std::memory_order_acquire) != kRunning; }
+  // Blocks until stopRequested() or the deadline; returns stopRequested().
+  bool waitStopRequested(Deadline deadline);
+  // The store stayed Unavailable (StoreWatchBackoff::kUnavailableLimit times in a row): the controller is
+  // gone. Implies stopRequested().
+  bool controllerLost() const { return stop_.load(std::memory_order_acquire) == kControllerLost; }
+  // The newest valid membership generation the watcher has seen (-1 before the first).
   int64_t latestGeneration() const { return latest_generation_.load(std::memory_order_acquire); }
+  // Generation `generation`, checked (Membership::decode, and its generation field must be `generation`):
+  // DataLoss when malformed (logged once), Timeout when it does not exist by the deadline.
   Result<Membership> membership(int64_t generation, Deadline deadline);
-  // Blocks until a generation > after exists; returns the newest one.
+  // Blocks until a valid generation > after exists; returns the newest valid one. Malformed generations are
+  // skipped (logged once); Timeout when no valid one appeared by the deadline.
   Result<Membership> waitMembershipAfter(int64_t after, Deadline deadline);
 
   // Starts the watchers and a reporter that publishes stats() every period; stopBackground() publishes a
   // last report.
   void startBackground(std::function<NodeStats()> stats, std::chrono::milliseconds period);
+  // Starts a watcher that reads this node's link commands in order, decodes each (decodeLinkCommand), calls
+  // apply for valid ones and acknowledges every one (encodeLinkAck: "1", or "rejected: <why>" for a
+  // malformed command or a Status from apply). apply runs on the watcher thread. Ends with stopBackground.
+  void startLinkWatcher(std::function<Status(const LinkCommand&)> apply);
+  // Ends every background thread (interrupting backoff waits) and publishes a last stats report.
   void stopBackground();
+
+  // How watchers wait after an error: sleeps up to `wait` and returns false when the channel is closing
+  // (the default waits on a condition variable that stopBackground signals). Tests replace it to run the
+  // watcher loops without sleeping. Set before startBackground.
+  using BackoffWait = std::function<bool(std::chrono::milliseconds wait)>;
+  void setBackoffWait(BackoffWait wait);
 
   Store& store() { return store_; }
   // Key prefix of this strategy run in the store.
   const std::string& prefix() const { return prefix_; }
 
  private:
+  static constexpr std::chrono::milliseconds kWatchPoll{200};
+
+  // Handles the outcome of one watcher poll: false when the watcher must end (closing, or the controller
+  // is gone, which sets the stop flag). `log`: the first error of a streak is worth a line (false when
+  // the caller logged it already).
+  bool pace(StoreWatchBackoff& backoff, const Status& outcome, const char* watcher, bool log = true);
+  bool closing() const { return closing_.load(std::memory_order_acquire); }
+  // Moves stop_ to `state` (never back from kControllerLost); returns the previous state.
+  int requestStop(int state);
+  // Logs one line per key (the first problem only): a malformed value is reported once, not every poll.
+  void rejectOnce(const std::string& key, const Status& problem);
+  // membership(g) without logging; the caller decides whether a problem is worth a line.
+  Result<Membership> readMembership(int64_t generation, Deadline deadline);
+  void watchStop();
+  void watchMembership();
+  void watchLinks(const std::function<Status(const LinkCommand&)>& apply);
+
   Store& store_;
   std::string prefix_;
   std::string node_;
   int incarnation_;
+  int world_workers_;
   int64_t start_ns_ = 0;
-  std::atomic<bool> stop_{false};
+  // One variable, so that controllerLost() always implies stopRequested().
+  static constexpr int kRunning = 0, kStopRequested = 1, kControllerLost = 2;
+  std::atomic<int> stop_{kRunning};
   std::atomic<int64_t> latest_generation_{-1};
   std::atomic<bool> closing_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;         // signalled on stop_ and closing_ (both also set under mu_)
+  std::set<std::string> rejected_;     // GUARDED_BY(mu_): keys whose malformed value was logged
+  BackoffWait backoff_wait_;
   std::function<NodeStats()> stats_fn_;
   std::vector<std::thread> threads_;
 };

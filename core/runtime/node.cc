@@ -5,9 +5,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 
 #include "core/runtime/control.h"
 #include "core/strategies/evaluator.h"
@@ -64,66 +64,42 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
   }
 }
 
-// The transport rank of a node name ("worker-2", "ps-0", "evaluator-0"), or -1.
+// The transport rank of a node name ("worker-2", "ps-0", "evaluator-0"), or -1. Names come from the store
+// (link commands): the index must be plain decimal digits, nothing else.
 int rankOfNode(const std::string& name, const NodeConfig& c) {
   const auto dash = name.rfind('-');
   if (dash == std::string::npos) return -1;
   const std::string role = name.substr(0, dash);
-  const int index = std::atoi(name.c_str() + dash + 1);
+  const char* first = name.data() + dash + 1;
+  const char* last = name.data() + name.size();
+  int index = -1;
+  auto [end, ec] = std::from_chars(first, last, index);
+  if (ec != std::errc() || end != last || index < 0) return -1;  // from_chars takes no '+' and no spaces
   if (role == "worker" && index < c.workers) return index;
   if (role == "ps" && index < c.servers) return c.workers + index;
   if (role == "evaluator" && index == 0) return c.workers + c.servers;
   return -1;
 }
 
-// Applies the controller's link commands (chaos `link` faults) to this node's shaper, in order, and
-// acknowledges each one (core/runtime/control.h: link/<node>/<i>, link/<node>/ack/<i>).
-class LinkCommandWatcher {
- public:
-  LinkCommandWatcher(ControlChannel& control, LinkShaper& shaper, const NodeConfig& config)
-      : control_(control), shaper_(shaper), config_(config), thread_([this] { loop(); }) {}
-  ~LinkCommandWatcher() {
-    closing_ = true;
-    thread_.join();
+// Applies a checked link command (core/runtime/link_command.h) to this node's shaper. Peers this strategy
+// does not run (a ps under mirrored) are skipped; a peer the shaper refuses fails the command after the
+// others were applied (the ack then says "rejected").
+Status applyLinkCommand(const LinkCommand& cmd, LinkShaper& shaper, const NodeConfig& config) {
+  LinkParams params;
+  if (cmd.op == LinkCommand::Op::kSet) {
+    // decodeLinkCommand bounds both, so neither conversion can overflow.
+    params.latency = std::chrono::microseconds(int64_t(cmd.latency_ms * 1000));
+    params.bandwidth_bytes_per_s = cmd.bandwidth_mbps * 1e6 / 8;
+    params.partitioned = cmd.partition;
   }
-
- private:
-  void loop() {
-    for (int64_t i = 0; !closing_;) {
-      const std::string base = "link/" + control_.node() + "/";
-      auto text = control_.store().get(control_.key(base + std::to_string(i)), deadlineIn(200ms));
-      if (!text.isOk()) continue;
-      apply(nlohmann::json::parse(*text, nullptr, false));
-      (void)control_.store().set(control_.key(base + "ack/" + std::to_string(i)), "1");
-      ++i;
-    }
+  Status first;
+  for (const std::string& peer : cmd.peers) {
+    const int rank = rankOfNode(peer, config);
+    if (rank < 0) continue;  // a node this strategy does not run (a ps under mirrored)
+    if (Status s = shaper.setLink(rank, params); !s.isOk() && first.isOk()) first = s.withContext("link to " + peer);
   }
-
-  void apply(const nlohmann::json& cmd) {
-    if (!cmd.is_object() || !cmd.contains("peers")) {
-      LOG(WARNING) << control_.node() << ": malformed link command " << cmd.dump();
-      return;
-    }
-    LinkParams params;
-    if (cmd.value("op", "") == "set") {
-      params.latency = std::chrono::microseconds(int64_t(cmd.value("latency_ms", 0.0) * 1000));
-      params.bandwidth_bytes_per_s = cmd.value("bandwidth_mbps", 0.0) * 1e6 / 8;
-      params.partitioned = cmd.value("partition", false);
-    }
-    for (const auto& peer : cmd["peers"]) {
-      const int rank = rankOfNode(peer.get<std::string>(), config_);
-      if (rank < 0) continue;  // a node this strategy does not run (a ps under mirrored)
-      if (Status s = shaper_.setLink(rank, params); !s.isOk()) LOG(WARNING) << "link to " << peer << ": " << s.toString();
-    }
-    LOG(INFO) << control_.node() << ": link " << cmd.dump();
-  }
-
-  ControlChannel& control_;
-  LinkShaper& shaper_;
-  const NodeConfig& config_;
-  std::atomic<bool> closing_{false};
-  std::thread thread_;
-};
+  return first;
+}
 
 Result<int> rankOf(const NodeLaunch& launch, const NodeConfig& c) {
   if (launch.role == "worker" && launch.index >= 0 && launch.index < c.workers) return launch.index;
@@ -201,7 +177,7 @@ int runNodeProcess(const NodeLaunch& launch) {
   auto transport = std::make_unique<LinkShaper>(std::move(*ucx_transport));
 
   // The control plane counts predecessors: 0 for a node's first process (the launcher counts from 1).
-  ControlChannel control(**store, c.prefix, node, std::max(0, launch.incarnation - 1));
+  ControlChannel control(**store, c.prefix, node, std::max(0, launch.incarnation - 1), c.workers);
   Accounting accounting;
   if (Status s = control.announceReady(); !s.isOk()) {
     LOG(ERROR) << node << ": " << s.toString();
@@ -213,7 +189,7 @@ int runNodeProcess(const NodeLaunch& launch) {
     return kExitInfrastructure;
   }
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
-  LinkCommandWatcher link_watcher(control, *transport, c);
+  control.startLinkWatcher([&transport, &c](const LinkCommand& cmd) { return applyLinkCommand(cmd, *transport, c); });
 
   NodeContext ctx{.transport = *transport,
                   .control = control,
@@ -240,6 +216,10 @@ int runNodeProcess(const NodeLaunch& launch) {
   if (!result.isOk()) {
     LOG(ERROR) << node << ": " << result.toString();
     (void)control.event("error", {{"message", result.toString()}});
+    return kExitInfrastructure;
+  }
+  if (control.controllerLost()) {
+    LOG(ERROR) << node << ": stopped because the controller is gone";
     return kExitInfrastructure;
   }
   return kExitOk;

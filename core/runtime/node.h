@@ -10,7 +10,9 @@
 // Transport ranks: worker i = i, ps j = W + j, the evaluator = W + P (core/strategies/strategy.h).
 //
 // Exit status: 0 after a normal stop (or leaving on a preemption notice), 3 for a bad config, 4 for an
-// infrastructure failure (store unreachable, transport set-up, training error).
+// infrastructure failure (store unreachable, transport set-up, training error, or the controller gone
+// while training: its store stayed unavailable, so the node stopped rather than outlive it; see
+// core/runtime/control.h).
 
 #include <string>
 

@@ -2,6 +2,10 @@
 
 #include "core/strategies/mirrored_worker.h"
 
+#include <charconv>
+
+#include "core/config/json_fields.h"
+
 namespace chaosbed::mirrored_detail {
 
 Status MirroredWorker::setup() {
@@ -269,7 +273,19 @@ Status MirroredWorker::restoreCheckpoint() {
   progress_.epoch = static_cast<int64_t>(st.epoch);
   progress_.samples = static_cast<int64_t>(st.samples);
   auto cursor = st.metadata.find("cursor");
-  progress_.cursor = cursor == st.metadata.end() ? 0 : std::stoll(cursor->second);
+  progress_.cursor = 0;
+  if (cursor != st.metadata.end()) {
+    // A position in the epoch's permutation: anything else would index outside it, so it is ignored and
+    // the epoch restarts (which only changes the order of the next samples).
+    int64_t c = -1;
+    const std::string& text = cursor->second;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), c);
+    if (ec == std::errc() && p == text.data() + text.size() && c >= 0 && c <= static_cast<int64_t>(train_.size()))
+      progress_.cursor = c;
+    else
+      LOG(WARNING) << "mirrored rank " << me_ << ": checkpoint " << loaded->path << ": ignoring malformed cursor \""
+                   << config::excerpt(text, 40) << "\"";
+  }
   has_state_ = true;
   return Status::ok();
 }

@@ -26,6 +26,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -33,6 +34,7 @@
 #include <thread>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/config/json_fields.h"
 #include "core/data/batches.h"
 #include "core/model/mlp.h"
 #include "core/optim/sgd.h"
@@ -192,9 +194,23 @@ Status PsServer::restore() {
     version_ = checkpoint_version_ = int64_t(st.step);
     for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
     // Updates the previous incarnation applied after this checkpoint are lost.
-    auto applied = ctx_.control.store().get(ctx_.control.key("ps/" + std::to_string(shard_) + "/applied"), deadlineIn(1s));
+    const std::string applied_key = "ps/" + std::to_string(shard_) + "/applied";
+    auto applied = ctx_.control.store().get(ctx_.control.key(applied_key), deadlineIn(1s));
+    int64_t applied_version = 0;
     if (applied.isOk()) {
-      const int64_t lost_updates = std::max<int64_t>(0, std::stoll(*applied) - version_);
+      // Written by the predecessor as a decimal version; anything else is ignored (no rollback is counted).
+      // The bound keeps lost_updates * batch_per_worker far from overflow.
+      constexpr int64_t kMaxVersion = int64_t{1} << 40;
+      const char* end = applied->data() + applied->size();
+      auto [p, ec] = std::from_chars(applied->data(), end, applied_version);
+      if (ec != std::errc() || p != end || applied_version < 0 || applied_version > kMaxVersion) {
+        LOG(WARNING) << "ps-" << shard_ << ": ignoring malformed " << applied_key << ": \""
+                     << config::excerpt(*applied, 40) << "\"";
+        applied = Status::dataLoss(applied_key + ": malformed");
+      }
+    }
+    if (applied.isOk()) {
+      const int64_t lost_updates = std::max<int64_t>(0, applied_version - version_);
       const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
       ctx_.accounting.rollback(lost);
       (void)ctx_.control.event("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},

@@ -19,6 +19,7 @@
 #include "core/control/supervision.h"
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
+#include "core/runtime/link_command.h"
 #include "core/strategies/strategy.h"
 #include "experiments/run/node_config.h"
 #include "experiments/run/results.h"
@@ -88,12 +89,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
   Status setLink(const std::string& node, const std::vector<std::string>& peers,
                  const chaos::FaultParams& params) override {
-    nlohmann::json cmd = {{"op", "set"}, {"peers", peers}, {"bandwidth_mbps", params.bandwidth_mbps},
-                          {"latency_ms", params.latency_ms}, {"partition", params.partition}};
+    LinkCommand cmd{LinkCommand::Op::kSet, peers, params.bandwidth_mbps, params.latency_ms, params.partition};
     return sendLinkCommand(node, cmd);
   }
   Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
-    return sendLinkCommand(node, {{"op", "clear"}, {"peers", peers}});
+    return sendLinkCommand(node, LinkCommand{LinkCommand::Op::kClear, peers});
   }
 
   void chaosApplying(chaos::FaultKind kind, const std::string& node) {
@@ -108,16 +108,18 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   double now() const { return double(realtimeNs() - start_ns_) * 1e-9; }
 
-  Status sendLinkCommand(const std::string& node, const nlohmann::json& cmd) {
+  // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
+  // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
+  Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
     auto n = ctx_.store->add(key("link/" + node + "/count"), 1);
     if (!n.isOk()) return n.status();
     const std::string index = std::to_string(*n - 1);
-    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), cmd.dump()));
+    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), encodeLinkCommand(cmd)));
     // The node applies commands in order and acknowledges each; a dead node never does.
     auto ack = ctx_.store->get(key("link/" + node + "/ack/" + index), deadlineIn(2s));
     if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
-    return Status::ok();
+    return decodeLinkAck(*ack).withContext(node + ": link command " + index);
   }
 
   Status prepare();
@@ -156,6 +158,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
   std::unique_ptr<Launcher> launcher_;
   int64_t start_ns_ = 0;
+
+  mutable std::mutex bad_stats_mu_;
+  mutable std::set<std::string> bad_stats_;  // GUARDED_BY(bad_stats_mu_): stats keys already logged as malformed
 
   // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
   // while calling the launcher (whose restart() waits for that thread).
@@ -404,13 +409,14 @@ NodeStats Supervisor::nodeStats(const std::string& name) const {
     if (!has.isOk() || !*has) continue;
     auto v = ctx_.store->get(k, deadlineIn(1s));
     if (!v.isOk()) continue;
-    auto j = nlohmann::json::parse(*v, nullptr, false);
-    if (j.is_discarded()) continue;
-    try {
-      total.merge(NodeStats::fromJson(j));
-    } catch (const std::exception& ex) {
-      LOG(WARNING) << name << ": unreadable stats report: " << ex.what();
+    auto stats = NodeStats::decode(*v);
+    if (stats.isOk()) {
+      total.merge(*stats);
+      continue;
     }
+    // Ignored (a report never counts in part); logged once per key, not at every poll.
+    std::lock_guard lock(bad_stats_mu_);
+    if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
   }
   return total;
 }

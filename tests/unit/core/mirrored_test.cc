@@ -149,7 +149,8 @@ class Cluster {
   void start(int rank, int incarnation = 0, MirroredHooks hooks = {}) {
     auto node = std::make_unique<Node>();
     node->transport = hub.transport(rank);
-    node->control = std::make_unique<ControlChannel>(store, kRun, "worker-" + std::to_string(rank), incarnation);
+    node->control =
+        std::make_unique<ControlChannel>(store, kRun, "worker-" + std::to_string(rank), incarnation, workers_);
     EXPECT_TRUE(node->control->waitStart(deadlineIn(5s)).isOk());
     Accounting* acct = &node->accounting;
     node->control->startBackground([acct] { return acct->snapshot(); }, 100ms);
