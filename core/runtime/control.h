@@ -31,7 +31,7 @@
 // of spinning. The store client never reconnects, so Unavailable means the controller (which hosts the
 // store) is gone: after StoreWatchBackoff::kUnavailableLimit consecutive Unavailable answers (about 1.5 s)
 // the watcher sets the stop flag and controllerLost(), training ends at its next check, and the node exits
-// (core/runtime/node.h): nodes never outlive their controller.
+// (core/node/node.h): nodes never outlive their controller.
 
 #include <atomic>
 #include <chrono>

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/launcher/identity.h"
-#include "core/runtime/node.h"
+#include "core/node/node.h"
 #include "experiments/cli/cli.h"
 
 DEFINE_string(node_config, "", "node: the node config file the controller wrote (JSON)");

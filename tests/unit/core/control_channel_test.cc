@@ -71,6 +71,10 @@ class ScriptedStore : public Store {
     return map_[key];
   }
   Result<int64_t> add(const std::string&, int64_t) override { return Status::internal("not scripted"); }
+  Result<int64_t> append(const std::string&, const std::string&) override { return Status::internal("not scripted"); }
+  Result<std::vector<std::string>> readList(const std::string&, int64_t, int) override {
+    return Status::internal("not scripted");
+  }
   Result<bool> contains(const std::string& key) override {
     std::lock_guard lock(mu_);
     if (auto it = failing_.find(key); it != failing_.end()) return it->second;

@@ -4,7 +4,7 @@
 // channel, and runs its role (core/strategies).
 //
 // Node config (JSON, written by the controller):
-//   {"store": "127.0.0.1:PORT", "prefix": "<run>/<strategy label>", "workers": W, "servers": P,
+//   {"store": "127.0.0.1:PORT", "secret_file": "<results dir>/.secret (0600)", "prefix": "<run>/<strategy label>", "workers": W, "servers": P,
 //    "training": TrainingConfig, "strategy": StrategyOptions, "checkpoint_dir": "...",
 //    "connect_timeout_s": 60}
 // Transport ranks: worker i = i, ps j = W + j, the evaluator = W + P (core/strategies/strategy.h).

@@ -1,4 +1,4 @@
-#include "core/runtime/node.h"
+#include "core/node/node.h"
 
 #include <cblas.h>
 #include <glog/logging.h>
@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "core/control/node_id.h"
 #include "core/runtime/control.h"
 #include "core/strategies/evaluator.h"
 #include "core/strategies/mirrored.h"
@@ -67,17 +68,11 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
 // The transport rank of a node name ("worker-2", "ps-0", "evaluator-0"), or -1. Names come from the store
 // (link commands): the index must be plain decimal digits, nothing else.
 int rankOfNode(const std::string& name, const NodeConfig& c) {
-  const auto dash = name.rfind('-');
-  if (dash == std::string::npos) return -1;
-  const std::string role = name.substr(0, dash);
-  const char* first = name.data() + dash + 1;
-  const char* last = name.data() + name.size();
-  int index = -1;
-  auto [end, ec] = std::from_chars(first, last, index);
-  if (ec != std::errc() || end != last || index < 0) return -1;  // from_chars takes no '+' and no spaces
-  if (role == "worker" && index < c.workers) return index;
-  if (role == "ps" && index < c.servers) return c.workers + index;
-  if (role == "evaluator" && index == 0) return c.workers + c.servers;
+  const auto id = control::NodeId::parse(name);
+  if (!id) return -1;
+  if (id->role == control::Role::kWorker && id->index < c.workers) return id->index;
+  if (id->role == control::Role::kServer && id->index < c.servers) return c.workers + id->index;
+  if (id->role == control::Role::kEvaluator && id->index == 0) return c.workers + c.servers;
   return -1;
 }
 
