@@ -96,11 +96,11 @@ ControlChannel::ControlChannel(Store& store, std::string prefix, std::string nod
 ControlChannel::~ControlChannel() { stopBackground(); }
 
 Status ControlChannel::announceReady() {
-  return store_.set(key("ready/" + node_ + "#" + std::to_string(incarnation_)), "1");
+  return store_.set(keys_.ready(node_, incarnation_), "1");
 }
 
 Result<int64_t> ControlChannel::waitStart(Deadline deadline) {
-  auto v = store_.get(key("start"), deadline);
+  auto v = store_.get(keys_.start(), deadline);
   if (!v.isOk()) return v.status().withContext("waiting for the controller to start training");
   CHAOSBED_ASSIGN_OR_RETURN(start_ns_, parseStartNs(*v));
   return start_ns_;
@@ -109,7 +109,7 @@ Result<int64_t> ControlChannel::waitStart(Deadline deadline) {
 double ControlChannel::elapsed() const { return double(realtimeNs() - start_ns_) * 1e-9; }
 
 Status ControlChannel::reportStats(const NodeStats& stats) {
-  return store_.set(key("stats/" + node_ + "#" + std::to_string(incarnation_)), stats.toJson().dump());
+  return store_.set(keys_.stats(node_, incarnation_), stats.toJson().dump());
 }
 
 Status ControlChannel::event(const std::string& type, nlohmann::json fields) {
@@ -119,12 +119,12 @@ Status ControlChannel::event(const std::string& type, nlohmann::json fields) {
   fields["incarnation"] = incarnation_;
   fields["t"] = start_ns_ ? elapsed() : 0.0;
   // One atomic append: a node killed at any instant leaves the whole event or nothing, never a hole.
-  auto n = store_.append(key("events"), fields.dump());
+  auto n = store_.append(keys_.events(), fields.dump());
   return n.isOk() ? Status::ok() : n.status();
 }
 
 Status ControlChannel::noticeReceived() {
-  return store_.set(key("notice/" + node_ + "#" + std::to_string(incarnation_)), std::to_string(realtimeNs()));
+  return store_.set(keys_.notice(node_, incarnation_), std::to_string(realtimeNs()));
 }
 
 bool ControlChannel::waitStopRequested(Deadline deadline) {
@@ -159,7 +159,7 @@ void ControlChannel::rejectOnce(const std::string& k, const Status& problem) {
 
 Result<Membership> ControlChannel::readMembership(int64_t generation, Deadline deadline) {
   const std::string k = "membership/" + std::to_string(generation);
-  auto v = store_.get(key(k), deadline);
+  auto v = store_.get(keys_.membership(generation), deadline);
   if (!v.isOk()) return v.status();
   // Decode problems are DataLoss, so that they never pass for the store's own errors.
   auto m = Membership::decode(*v, world_workers_);
@@ -190,7 +190,7 @@ Result<Membership> ControlChannel::waitMembershipAfter(int64_t after, Deadline d
       if (newest) return *newest;
       return m.status();
     }
-    auto has = store_.contains(key("membership/" + std::to_string(g + 1)));
+    auto has = store_.contains(keys_.membership(g + 1));
     if (has.isOk() && *has) {
       m = membership(++g, deadline);
       continue;
@@ -223,7 +223,7 @@ bool ControlChannel::pace(StoreWatchBackoff& backoff, const Status& outcome, con
 void ControlChannel::watchStop() {
   StoreWatchBackoff backoff;
   while (!closing()) {
-    auto v = store_.get(key("stop"), deadlineIn(kWatchPoll));
+    auto v = store_.get(keys_.stop(), deadlineIn(kWatchPoll));
     if (v.isOk()) {
       (void)requestStop(kStopRequested);
       return;
@@ -245,7 +245,7 @@ void ControlChannel::watchMembership() {
       // Never followed. The controller may overwrite it, or publish the next generation, which supersedes
       // it: look at both, at the backoff's pace.
       rejectOnce("membership/" + std::to_string(next), outcome);
-      auto newer = store_.contains(key("membership/" + std::to_string(next + 1)));
+      auto newer = store_.contains(keys_.membership(next + 1));
       if (newer.isOk() && *newer) {
         ++next;
         outcome = Status::ok();
@@ -261,7 +261,7 @@ void ControlChannel::watchLinks(const std::function<Status(const LinkCommand&)>&
   StoreWatchBackoff backoff;
   const std::string base = "link/" + node_ + "/";
   for (int64_t i = 0; !closing();) {
-    auto text = store_.get(key(base + std::to_string(i)), deadlineIn(kWatchPoll));
+    auto text = store_.get(keys_.linkCommand(node_, i), deadlineIn(kWatchPoll));
     if (!text.isOk()) {
       if (!pace(backoff, text.status(), "link")) return;
       continue;
@@ -278,7 +278,7 @@ void ControlChannel::watchLinks(const std::function<Status(const LinkCommand&)>&
         LOG(WARNING) << node_ << ": link command " << i << " failed: " << outcome.toString();
     }
     // Every command is answered, so the controller never waits out its deadline on one.
-    Status acked = store_.set(key(base + "ack/" + std::to_string(i)), encodeLinkAck(outcome));
+    Status acked = store_.set(keys_.linkAck(node_, i), encodeLinkAck(outcome));
     ++i;
     if (!pace(backoff, acked, "link")) return;
   }

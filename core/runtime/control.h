@@ -4,20 +4,7 @@
 // lives under the strategy run's prefix, "<run>/". The controller owns the membership and the stop flag;
 // nodes own their reports. Keys written by nodes survive the node, so a killed node's counters still count.
 //
-//   key                           writer      value
-// <incarnation> counts a node's predecessors: 0 for its first process, 1 for its first replacement, ...
-//   ready/<node>#<incarnation>    node        "1" once its transport is up (the controller waits on it)
-//   start                         controller  realtime ns of the start of training (t0 of TTA), decimal
-//   stats/<node>#<incarnation>    node        NodeStats JSON, cumulative, refreshed ~2x per second
-//   events (a list)               node        JSON events (recovery, rollback, checkpoint, ...), one atomic
-//                                             append each (Store::append), read in order with readList
-//   membership/<g>                controller  Membership JSON of generation g (g = 0, 1, ...)
-//   stop                          controller  reason; nodes finish the current step and exit 0
-//   notice/<node>#<incarnation>   node        a preemption notice (SIGTERM) was received
-//   link/<node>/count, link/<node>/<i>  controller  link shaping commands for that node
-//                                                  (core/runtime/link_command.h)
-//   link/<node>/ack/<i>           node        "1" once command i was applied, "rejected: <why>" when it was
-//                                             not (malformed, or the shaper refused it)
+// Its keys and who writes them: core/control/keys.h (ControlKeys, used by both sides).
 //
 // Times that cross processes are realtime nanoseconds (CLOCK_REALTIME; one host or NTP-synchronised).
 //
@@ -48,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/control/keys.h"
 #include "core/metrics/accounting.h"
 #include "core/runtime/link_command.h"
 #include "transports/bootstrap/store.h"
@@ -112,7 +100,9 @@ class ControlChannel {
 
   const std::string& node() const { return node_; }
   int incarnation() const { return incarnation_; }
-  std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
+  // A key of this run's control plane (core/control/keys.h); key(suffix) for a strategy's private keys.
+  const control::ControlKeys& keys() const { return keys_; }
+  std::string key(const std::string& suffix) const { return keys_.at(suffix); }
 
   Status announceReady();
   // Blocks until the controller starts training; returns t0 (realtime ns). A malformed start value is
@@ -183,6 +173,7 @@ class ControlChannel {
 
   Store& store_;
   std::string prefix_;
+  control::ControlKeys keys_{prefix_};
   std::string node_;
   int incarnation_;
   int world_workers_;

@@ -16,6 +16,7 @@
 #include "chaos/actuators/link.h"
 #include "chaos/cluster.h"
 #include "chaos/controller.h"
+#include "core/control/keys.h"
 #include "core/control/supervision.h"
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
@@ -105,19 +106,18 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
  private:
   bool known(const std::string& node) const { return node_set_.count(node) > 0; }
-  std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   double now() const { return double(realtimeNs() - start_ns_) * 1e-9; }
 
   // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
   // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
   Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    auto n = ctx_.store->add(key("link/" + node + "/count"), 1);
+    auto n = ctx_.store->add(keys_.linkCount(node), 1);
     if (!n.isOk()) return n.status();
     const std::string index = std::to_string(*n - 1);
-    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("link/" + node + "/" + index), encodeLinkCommand(cmd)));
+    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.linkCommand(node, *n - 1), encodeLinkCommand(cmd)));
     // The node applies commands in order and acknowledges each; a dead node never does.
-    auto ack = ctx_.store->get(key("link/" + node + "/ack/" + index), deadlineIn(2s));
+    auto ack = ctx_.store->get(keys_.linkAck(node, *n - 1), deadlineIn(2s));
     if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
     return decodeLinkAck(*ack).withContext(node + ": link command " + index);
   }
@@ -149,6 +149,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   const spec::ExperimentSpec& spec_;
   const spec::StrategySpec& strategy_;
   const std::string prefix_;
+  const control::ControlKeys keys_{prefix_};
   const std::string dir_;
   const bool mirrored_;
   int workers_ = 0, servers_ = 0;
@@ -242,7 +243,7 @@ Status Supervisor::waitReady(const std::vector<std::string>& names, Deadline dea
     for (;;) {
       if (ctx_.interrupted && ctx_.interrupted->load()) return Status::cancelled("interrupted");
       int inc = launcher_->incarnation(name) - 1;  // the control plane counts predecessors
-      if (ctx_.store->get(key("ready/" + name + "#" + std::to_string(inc)), deadlineIn(100ms)).isOk()) break;
+      if (ctx_.store->get(keys_.ready(name, inc), deadlineIn(100ms)).isOk()) break;
       if (!launcher_->running(name)) {
         return Status::unavailable(name + " exited during start-up; see " + launcher_->logPath(name));
       }
@@ -282,7 +283,7 @@ void Supervisor::execute(const std::vector<control::Action>& actions) {
       }
       case control::Action::Kind::kPublishMembership: {
         const Membership& m = a.membership;
-        if (Status s = ctx_.store->set(key("membership/" + std::to_string(m.generation)), m.toJson().dump()); !s.isOk())
+        if (Status s = ctx_.store->set(keys_.membership(m.generation), m.toJson().dump()); !s.isOk())
           LOG(ERROR) << "publishing membership: " << s.toString();
         if (ctx_.events) (void)ctx_.events->append({{"type", "membership"}, {"strategy", strategy_.label},
                                                     {"membership", m.toJson()}, {"t", now()}});
@@ -334,7 +335,7 @@ void Supervisor::checkReplacements() {
     auto id = control::NodeId::parse(name);
     auto inc = id ? supervision_->awaitedIncarnation(*id) : std::nullopt;
     if (!inc) continue;
-    auto has = ctx_.store->contains(key("ready/" + name + "#" + std::to_string(*inc)));
+    auto has = ctx_.store->contains(keys_.ready(name, *inc));
     if (has.isOk() && *has) ready.push_back(*id);
   }
   if (!ready.empty()) execute(supervision_->onReady(ready));
@@ -349,7 +350,7 @@ void Supervisor::requestStop(const std::string& reason) {
     std::lock_guard lock(mu_);
     supervision_->onStop(result_.wall_seconds);
   }
-  (void)ctx_.store->set(key("stop"), reason);
+  (void)ctx_.store->set(keys_.stop(), reason);
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
                                               {"t", result_.wall_seconds}});
 }
@@ -358,7 +359,7 @@ void Supervisor::readEvents() {
   // Each event is one atomic append (core/runtime/control.h): the list has no holes, so reading from the
   // last index on never waits for a record that a killed writer left half-made.
   for (;;) {
-    auto batch = ctx_.store->readList(key("events"), events_read_, 256);
+    auto batch = ctx_.store->readList(keys_.events(), events_read_, 256);
     if (!batch.isOk() || batch->empty()) return;
     for (const std::string& text : *batch) {
       ++events_read_;
@@ -404,7 +405,7 @@ void Supervisor::handleEvent(const std::string& text) {
 NodeStats Supervisor::nodeStats(const std::string& name) const {
   NodeStats total;
   for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
-    const std::string k = key("stats/" + name + "#" + std::to_string(inc));
+    const std::string k = keys_.stats(name, inc);
     auto has = ctx_.store->contains(k);
     if (!has.isOk() || !*has) continue;
     auto v = ctx_.store->get(k, deadlineIn(1s));
@@ -489,7 +490,7 @@ Result<StrategyResult> Supervisor::run() {
     execute(supervision_->start());
   }
   start_ns_ = realtimeNs();
-  CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(key("start"), std::to_string(start_ns_)));
+  CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
   if (chaos_controller) CHAOSBED_RETURN_IF_ERROR(chaos_controller->start());
 
