@@ -17,6 +17,7 @@
 #include <set>
 
 #include "tests/integration/observability_test_util.h"
+#include "tests/testing/sockets.h"
 #include "transports/bootstrap/net.h"
 #include "transports/bootstrap/store.h"
 
@@ -27,50 +28,11 @@ using namespace observability_test;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-// Every process below `root` (itself included), from /proc/<pid>/stat.
-std::set<pid_t> processTree(pid_t root) {
-  std::map<pid_t, pid_t> parent;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), {});
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    int ppid = 0;
-    char state;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2) parent[std::stoi(name)] = ppid;
-  }
-  std::set<pid_t> tree{root};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (const auto& [pid, ppid] : parent)
-      if (tree.count(ppid) && tree.insert(pid).second) grew = true;
-  }
-  return tree;
-}
-
-// Ports of the IPv4 TCP sockets in LISTEN state that the processes own.
-std::set<int> listeningPorts(const std::set<pid_t>& pids) {
-  std::set<std::string> inodes;
-  for (pid_t pid : pids) {
-    std::error_code ec;
-    for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-      std::error_code ec2;
-      const std::string target = fs::read_symlink(fd.path(), ec2).string();
-      if (!ec2 && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-    }
-  }
+// Ports of the TCP sockets the run's processes listen on (tests/testing/sockets.h).
+std::set<int> listeningTcpPorts(pid_t root) {
   std::set<int> ports;
-  std::ifstream tcp("/proc/net/tcp");
-  std::string line;
-  std::getline(tcp, line);  // header
-  while (std::getline(tcp, line)) {
-    std::istringstream f(line);
-    std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-    f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-    if (st == "0A" && inodes.count(inode)) ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
-  }
+  for (const testing::IpSocket& s : testing::ipSocketsOf(testing::processTree(root)))
+    if (s.listening && s.proto.rfind("tcp", 0) == 0) ports.insert(s.port);
   return ports;
 }
 
@@ -138,7 +100,7 @@ TEST(ControlPlaneForgery, StrangersWithoutTheSecretCannotForgeEventsStopsOrHello
   const std::string store_address = config.at("store");
 
   int stores = 0, meshes = 0, store_rejections = 0, mesh_rejections = 0;
-  for (auto& [port, probe] : greetings(listeningPorts(processTree(run.pid())))) {
+  for (auto& [port, probe] : greetings(listeningTcpPorts(run.pid()))) {
     const net::FileDescriptor& fd = probe.first;
     const std::string& hello = probe.second;
     if (hello.size() != 36 || hello.rfind("CBS1", 0) != 0) continue;
