@@ -224,6 +224,8 @@ class PrometheusExporter final : public MetricsExporter {
   }
 
   std::string address() const override { return server_->address(); }
+  bool awaitScrape(std::chrono::steady_clock::time_point deadline) override { return server_->awaitServed(deadline); }
+  std::optional<double> scrapeInterval() const override { return server_->servedInterval(); }
 
   void updateNode(const NodeLabels& labels, const NodeStats& stats) override { snapshot_->updateNode(labels, stats); }
 

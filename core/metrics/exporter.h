@@ -6,6 +6,7 @@
 //
 // Thread safety: every method may be called from any thread; a scrape sees a consistent snapshot per family.
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,12 @@ class MetricsExporter {
   virtual void recovery(const std::string& experiment, const std::string& strategy, double seconds) = 0;
   // Run progress for "stuck" alerts: wall seconds since the strategy's training started; 1 while running.
   virtual void setRunning(const std::string& experiment, const std::string& strategy, bool running, double elapsed_s) = 0;
+
+  // Waits until a scrape that began after this call has been answered in full, or the deadline; true if
+  // one was (the HTTP server's awaitServed).
+  virtual bool awaitScrape(std::chrono::steady_clock::time_point deadline) = 0;
+  // The scraper's interval in seconds, once it has scraped twice.
+  virtual std::optional<double> scrapeInterval() const = 0;
 
   // Pushes everything to a Pushgateway ("[http://]host:port[/path]") under job "chaosbed" (batch CI).
   virtual Status push(const std::string& gateway, const std::string& experiment) = 0;

@@ -14,7 +14,9 @@
 #include <charconv>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -90,6 +92,7 @@ class HttpMetricsServer::Impl {
     Clock::time_point deadline;
     std::string in;            // the request head so far
     std::string out;           // the response
+    uint64_t render_seq = 0;   // of a 200 response to path_ (0: any other answer)
     size_t sent = 0;
     bool done = false;         // to be closed at the end of this iteration
   };
@@ -216,7 +219,7 @@ class HttpMetricsServer::Impl {
       c.done = true;  // closed before the end of its head, or an error
       return;
     }
-    c.out = answer(c.in);
+    c.out = answer(c.in, &c.render_seq);
     c.in.clear();
     c.in.shrink_to_fit();
     c.writing = true;
@@ -224,7 +227,7 @@ class HttpMetricsServer::Impl {
     write(c);
   }
 
-  std::string answer(const std::string& req) {
+  std::string answer(const std::string& req, uint64_t* render_seq) {
     const size_t head_end = req.find("\r\n\r\n");
     if (head_end == std::string::npos || head_end + 4 > options_.max_request_bytes)
       return response("431 Request Header Fields Too Large", "", true);
@@ -236,6 +239,13 @@ class HttpMetricsServer::Impl {
     target = target.substr(0, target.find('?'));
     if (method != "GET" && method != "HEAD") return response("405 Method Not Allowed", "GET " + path_ + "\n", true);
     if (target != path_) return response("404 Not Found", "metrics are at " + path_ + "\n", true);
+    {
+      std::lock_guard lock(served_mu_);
+      *render_seq = ++render_seq_;
+      const auto now = Clock::now();
+      if (last_render_ != Clock::time_point()) interval_ = std::chrono::duration<double>(now - last_render_).count();
+      last_render_ = now;
+    }
     return response("200 OK", render_(), method == "GET");
   }
 
@@ -255,7 +265,25 @@ class HttpMetricsServer::Impl {
     }
     ::shutdown(c.fd, SHUT_WR);
     c.done = true;
+    if (c.render_seq > 0) {
+      std::lock_guard lock(served_mu_);
+      served_seq_ = std::max(served_seq_, c.render_seq);
+      served_cv_.notify_all();
+    }
   }
+
+ public:
+  bool awaitServed(Clock::time_point deadline) {
+    std::unique_lock lock(served_mu_);
+    const uint64_t after = render_seq_;
+    return served_cv_.wait_until(lock, deadline, [&] { return served_seq_ > after; });
+  }
+  std::optional<double> servedInterval() const {
+    std::lock_guard lock(served_mu_);
+    return interval_;
+  }
+
+ private:
 
   int listen_fd_, wake_read_, wake_write_;
   std::string address_, path_;
@@ -267,6 +295,13 @@ class HttpMetricsServer::Impl {
   Clock::time_point accept_paused_until_{};
   Clock::time_point last_accept_log_{};
   int64_t accept_failures_ = 0;
+  // What scrapers have been served, for awaitServed (shared with the run's threads).
+  mutable std::mutex served_mu_;
+  std::condition_variable served_cv_;
+  uint64_t render_seq_ = 0;   // GUARDED_BY(served_mu_): renders of path_ so far
+  uint64_t served_seq_ = 0;   // GUARDED_BY(served_mu_): the latest render whose response went out in full
+  Clock::time_point last_render_{};       // GUARDED_BY(served_mu_)
+  std::optional<double> interval_;        // GUARDED_BY(served_mu_)
   std::thread thread_;  // last: starts once everything above is set
 };
 
@@ -332,5 +367,7 @@ Result<std::unique_ptr<HttpMetricsServer>> HttpMetricsServer::start(const std::s
 HttpMetricsServer::HttpMetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpMetricsServer::~HttpMetricsServer() = default;
 const std::string& HttpMetricsServer::address() const { return impl_->address(); }
+bool HttpMetricsServer::awaitServed(Clock::time_point deadline) { return impl_->awaitServed(deadline); }
+std::optional<double> HttpMetricsServer::servedInterval() const { return impl_->servedInterval(); }
 
 }  // namespace chaosbed

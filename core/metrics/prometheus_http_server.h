@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "transports/status.h"
@@ -62,6 +63,13 @@ class HttpMetricsServer {
 
   // "host:port" actually bound (the port resolved when 0 was asked for).
   const std::string& address() const;
+
+  // Blocks until a 200 response to `path` whose render() began after this call has been written out in
+  // full, or until the deadline; true if one was. A run uses it to know that a scraper has seen a state
+  // (its series at zero before training, its final values before it exits).
+  bool awaitServed(std::chrono::steady_clock::time_point deadline);
+  // Seconds between the last two such responses' renders, once there were two (the scraper's interval).
+  std::optional<double> servedInterval() const;
 
   class Impl;
 

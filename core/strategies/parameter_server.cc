@@ -184,7 +184,10 @@ class PsServer {
 Status PsServer::restore() {
   CHAOSBED_ASSIGN_OR_RETURN(CheckpointDir dir, CheckpointDir::open(ctx_.checkpoint_dir + "/ps-" + std::to_string(shard_), 3));
   checkpoints_ = dir;
-  auto loaded = dir.loadLatestGood();
+  // A shard's first process starts from the initial parameters: a checkpoint it finds is not its own.
+  auto loaded = ctx_.control.incarnation() == 0
+                    ? Result<LoadedCheckpoint>(Status::notFound("first incarnation: nothing of its own to restore"))
+                    : dir.loadLatestGood();
   if (loaded.isOk()) {
     const TrainingState& st = loaded->state;
     if (st.params.size() != range_.count || st.optimizer.size() != 1 || st.optimizer[0].size() != range_.count)

@@ -18,6 +18,9 @@ DEFINE_string(out, "", "run: results directory (default: <output.dir>/<experimen
 DEFINE_string(metrics_addr, "", "run: host:port of the Prometheus endpoint (default: the spec's metrics.listen; "
                                 "port 0 picks a free port; 'off' disables it); loopback only unless "
                                 "--metrics_allow_remote");
+DEFINE_bool(metrics_await_scrape, false, "run: start each strategy only once a scrape has seen its series at zero, "
+                                         "and exit only once a scrape has taken the final values (each wait at most "
+                                         "20 s); so does the spec's metrics.await_scrape");
 DEFINE_bool(metrics_allow_remote, false, "run: let the Prometheus endpoint bind beyond loopback (it has no "
                                          "authentication; a warning says so); so does the spec's metrics.allow_remote");
 
@@ -44,10 +47,15 @@ bool checkMetricsFlags(const char* command) {
 
 int runExperiment(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--metrics_addr HOST:PORT [--metrics_allow_remote]]\n");
+    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--metrics_addr HOST:PORT [--metrics_allow_remote]] [--metrics_await_scrape]\n");
     return kExitUsage;
   }
   if (!checkMetricsFlags("run")) return kExitUsage;
+  if (!FLAGS_out.empty())
+    if (Status s = run::checkFreshOutDir(FLAGS_out); !s.isOk()) {
+      std::fprintf(stderr, "chaosbed run: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
   if (!spec) {
@@ -64,6 +72,7 @@ int runExperiment(int argc, char** argv) {
   options.out_dir = FLAGS_out;
   options.metrics_addr = FLAGS_metrics_addr;
   options.metrics_allow_remote = FLAGS_metrics_allow_remote;
+  options.metrics_await_scrape = FLAGS_metrics_await_scrape;
   options.interrupted = &interrupted;
   options.tty = isatty(STDOUT_FILENO);
   auto outcome = run::runExperiment(*spec, options);

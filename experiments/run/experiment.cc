@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include "chaos/event_log.h"
 #include "chaos/schedule/schedule.h"
@@ -56,6 +56,17 @@ Status checkNccl(const spec::ExperimentSpec& spec) {
 
 }  // namespace
 
+Status checkFreshOutDir(const std::string& dir) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);  // the caller's own path: a link they made is theirs
+  if (ec || st.type() == std::filesystem::file_type::not_found) return Status::ok();
+  if (st.type() == std::filesystem::file_type::directory && std::filesystem::is_empty(dir, ec) && !ec) return Status::ok();
+  if (st.type() != std::filesystem::file_type::directory)
+    return Status::invalidArgument("--out " + dir + ": exists and is not a directory");
+  return Status::invalidArgument("--out " + dir + ": not empty (it holds an earlier run, whose checkpoints and events "
+                                 "a new run would mix with its own): choose a new directory or remove that one");
+}
+
 Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options) {
   FILE* out = options.progress;
   CHAOSBED_RETURN_IF_ERROR(checkNccl(spec));
@@ -70,6 +81,9 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   std::string run_id;
   if (!options.out_dir.empty()) {
     outcome.dir = options.out_dir;
+    // A results directory holds one run: a second one would restore the first one's checkpoints as its own
+    // and append to its events.
+    if (Status s = checkFreshOutDir(outcome.dir); !s.isOk()) return s;
     std::error_code ec;
     std::filesystem::create_directories(outcome.dir, ec);
     if (!ec) std::filesystem::permissions(outcome.dir, std::filesystem::perms::owner_all, ec);  // holds the secret
@@ -136,6 +150,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.plan = &*plan;
   ctx.interrupted = options.interrupted;
   ctx.metrics = metrics.get();
+  ctx.await_scrape = options.metrics_await_scrape || spec.metrics.await_scrape;
   const bool tty = options.tty;
   ctx.on_progress = [out, tty](const Progress& p) { printProgress(out, p, tty); };
 
@@ -165,8 +180,18 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   if (out)
     std::fprintf(out, "\n%s\nresults: %s\n", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
                  dir.c_str());
-  // Give Prometheus one more scrape of the final values (a batch job can also push them).
-  if (metrics) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Let Prometheus scrape the final values (a batch job can also push them): with await_scrape, wait for that
+  // scrape; otherwise linger until the next scrape of the scraper seen so far, or 1.5 s when none was seen.
+  if (metrics) {
+    if (ctx.await_scrape) {
+      (void)awaitScrape(*metrics, "of the final values");
+    } else {
+      double linger_s = 1.5;
+      if (auto interval = metrics->scrapeInterval()) linger_s = std::clamp(1.5 * *interval + 0.5, linger_s, 30.0);
+      (void)metrics->awaitScrape(deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(linger_s))));
+    }
+  }
   if (!failure.isOk()) return failure;
   return outcome;
 }

@@ -18,6 +18,8 @@ struct ExperimentOptions {
   std::string metrics_addr;   // empty: the spec's metrics.listen; "off": no endpoint
   // Let the endpoint bind beyond loopback (so does the spec's metrics.allow_remote); a warning says so.
   bool metrics_allow_remote = false;
+  // Wait for scrapes at each strategy's start and at the end (so does the spec's metrics.await_scrape).
+  bool metrics_await_scrape = false;
   const std::atomic<bool>* interrupted = nullptr;
   FILE* progress = stdout;    // live progress and the final table; nullptr: silent
   bool tty = false;           // rewrite one progress line in place
@@ -29,6 +31,9 @@ struct ExperimentOutcome {
   bool complete = false;      // every strategy ran to its end (not interrupted, no infrastructure error)
   bool interrupted = false;
 };
+
+// OK when `dir` does not exist or is an empty directory; InvalidArgument saying why otherwise.
+Status checkFreshOutDir(const std::string& dir);
 
 // InvalidArgument when the chaos schedule cannot be drawn or breaks the blast-radius guard (a spec error);
 // Unavailable/IoError/... for infrastructure failures. Results measured before a failure are on disk.

@@ -106,7 +106,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
  private:
   bool known(const std::string& node) const { return node_set_.count(node) > 0; }
-  double now() const { return double(realtimeNs() - start_ns_) * 1e-9; }
+  double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
 
   // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
   // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
@@ -489,6 +489,10 @@ Result<StrategyResult> Supervisor::run() {
     std::lock_guard lock(mu_);
     execute(supervision_->start());
   }
+  // Every series exists, at zero, before the first step: Prometheus's rate() takes a counter's first scraped
+  // value as its start, so a counter first seen after most of a short run would show no progress at all.
+  exportMetrics(chaos_controller.get());
+  if (ctx_.metrics && ctx_.await_scrape) awaitScrape(*ctx_.metrics, "before " + strategy_.label + " starts");
   start_ns_ = realtimeNs();
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
@@ -569,11 +573,22 @@ Result<StrategyResult> Supervisor::run() {
     execute(supervision_->onProgress(result_.workers.steps, result_.wall_seconds));
     result_.failures = supervision_->failures();
   }
-  exportMetrics(nullptr);
+  exportMetrics(chaos_controller.get());  // fault gauges too: every fault has been reverted by now
   return result_;
 }
 
 }  // namespace
+
+bool awaitScrape(MetricsExporter& metrics, const std::string& what) {
+  // A scraper whose interval is known comes within about one interval; one not seen yet gets the limit.
+  auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(kAwaitScrapeLimit));
+  if (auto interval = metrics.scrapeInterval())
+    limit = std::min(limit, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(2 * *interval + 1)));
+  if (metrics.awaitScrape(deadlineIn(limit))) return true;
+  LOG(WARNING) << "metrics: no scrape of " << metrics.address() << " within "
+               << std::chrono::duration<double>(limit).count() << " s " << what << " (metrics.await_scrape)";
+  return false;
+}
 
 Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy) {
   Supervisor supervisor(ctx, strategy);

@@ -14,6 +14,7 @@
 // every worker has ended; each node then finishes its step and exits.
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -87,9 +88,17 @@ struct RunContext {
   const chaos::Plan* plan = nullptr;   // the drawn chaos schedule (shared by every strategy)
   const std::atomic<bool>* interrupted = nullptr;
   MetricsExporter* metrics = nullptr;  // optional
+  // metrics.await_scrape: each strategy starts training only once a scrape has seen its series at zero, and
+  // the run exits only once a scrape has taken its final values (awaitScrape).
+  bool await_scrape = false;
   std::function<void(const Progress&)> on_progress;  // about twice per second
 };
 
 Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy);
+
+// Waits for a scrape that begins after the call (at most kAwaitScrapeLimit); warns once, naming `what`, when
+// none comes. Returns whether one did.
+inline constexpr std::chrono::seconds kAwaitScrapeLimit{20};
+bool awaitScrape(MetricsExporter& metrics, const std::string& what);
 
 }  // namespace chaosbed::run

@@ -221,9 +221,10 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::ve
 
 void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
   ConfigNode n = root.child("metrics");
-  n.checkKeys({"listen", "push_gateway", "allow_remote"});
+  n.checkKeys({"listen", "push_gateway", "allow_remote", "await_scrape"});
   m->listen = n.optional<std::string>("listen", m->listen);
   m->allow_remote = n.optional<bool>("allow_remote", false);
+  m->await_scrape = n.optional<bool>("await_scrape", false);
   if (n.child("listen").isScalar()) {
     if (std::string why = checkHostPort(m->listen); !why.empty()) {
       n.child("listen").error(why);
@@ -513,6 +514,7 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitString(e, "listen", spec.metrics.listen);
   if (!spec.metrics.push_gateway.empty()) emitString(e, "push_gateway", spec.metrics.push_gateway);
   emitBool(e, "allow_remote", spec.metrics.allow_remote);
+  emitBool(e, "await_scrape", spec.metrics.await_scrape);
   e << YAML::EndMap;
 
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

@@ -16,7 +16,7 @@
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
 //        checkpoint_on_notice: false}
 //   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
-//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false}
+//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false, await_scrape: false}
 //            # listen must be loopback (127.0.0.0/8, [::1], localhost) unless allow_remote: true
 //   output: {dir: results}
 //   sweep: {grid: {cluster.workers: [2, 4, 8]}, repeats: 3}   # or seeds: [1, 2, 3]
@@ -131,6 +131,9 @@ struct MetricsSpec {
   std::string push_gateway;               // empty = none; else [http[s]://]host:port[/path]
   // The exporter is unauthenticated: a listen host other than loopback is an error unless this is set.
   bool allow_remote = false;
+  // Each strategy starts training only once a scrape has seen its series at zero, and the run exits only
+  // once a scrape has taken its final values (each wait bounded): for CI, where Prometheus must see every run.
+  bool await_scrape = false;
   bool operator==(const MetricsSpec&) const = default;
 };
 

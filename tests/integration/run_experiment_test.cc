@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -70,6 +71,21 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   }
   EXPECT_NE(events.find("\"eval\""), std::string::npos);
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the run";
+
+  // A second run into the same directory is refused (usage, exit 2) and leaves the first one's files alone.
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) before[e.path().string()] = readFile(e.path().string());
+  testing::Command again({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"), "--out=" + out,
+                          "--metrics_addr=127.0.0.1:0"});
+  auto again_code = again.wait(deadlineIn(30s));
+  ASSERT_TRUE(again_code.has_value()) << again.output();
+  EXPECT_EQ(*again_code, 2) << again.output();
+  EXPECT_NE(again.output().find("not empty"), std::string::npos) << again.output();
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) after[e.path().string()] = readFile(e.path().string());
+  EXPECT_TRUE(before == after) << "the refused run changed the first run's files";
 }
 
 TEST(RunExperiment, InterruptKeepsWhatWasMeasured) {

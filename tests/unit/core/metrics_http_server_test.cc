@@ -15,12 +15,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/metrics/prometheus_http_server.h"
@@ -85,6 +87,31 @@ bool readable(int fd) {
 
 double msSince(SteadyClock::time_point t) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();
+}
+
+TEST(HttpMetricsServer, AwaitServedCountsOnlyAScrapeRenderedAfterTheCall) {
+  auto server = startServer();
+  ASSERT_TRUE(server);
+  EXPECT_FALSE(server->servedInterval().has_value());
+  ASSERT_TRUE(httpGet(server->address(), "/metrics", deadlineIn(5s)).isOk());
+  // That scrape came before the call: it does not count, so the wait runs to its deadline.
+  EXPECT_FALSE(server->awaitServed(deadlineIn(50ms)));
+  // Neither do answers that are not the metrics (a 404).
+  FileDescriptor other = dial(server->address());
+  send(other.get(), "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(readToEof(other.get(), deadlineIn(5s)).data.find("404"), std::string::npos);
+  EXPECT_FALSE(server->awaitServed(deadlineIn(50ms)));
+  // A scrape that begins while the wait is on ends it, once its response is out. (The scraper repeats until
+  // the wait is over, so one of its scrapes surely begins after the call.)
+  std::atomic<bool> waited{false};
+  std::thread scraper([&] {
+    while (!waited) EXPECT_TRUE(httpGet(server->address(), "/metrics", deadlineIn(5s)).isOk());
+  });
+  EXPECT_TRUE(server->awaitServed(deadlineIn(10s)));
+  waited = true;
+  scraper.join();
+  ASSERT_TRUE(server->servedInterval().has_value()) << "two scrapes were served";
+  EXPECT_GT(*server->servedInterval(), 0);
 }
 
 TEST(HttpMetricsServer, TwentyIdleConnectionsDoNotDelayAScrape) {
