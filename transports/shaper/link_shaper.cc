@@ -214,13 +214,13 @@ RequestPtr LinkShaper::isend(int peer, Tag tag, std::span<const std::byte> data)
 
 RequestPtr LinkShaper::irecv(int peer, Tag tag, std::span<std::byte> data) { return inner_->irecv(peer, tag, data); }
 
-std::optional<SteadyClock::time_point> LinkShaper::pump() {
+LinkShaper::Pumped LinkShaper::pump() {
   std::vector<std::pair<int, Status>> to_fail;
-  std::optional<SteadyClock::time_point> next;
-  auto due = [&](SteadyClock::time_point t) { next = next ? std::min(*next, t) : t; };
+  Pumped result;
+  auto due = [&](SteadyClock::time_point t) { result.next_due = result.next_due ? std::min(*result.next_due, t) : t; };
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->held == 0) return std::nullopt;
+    if (state_->held == 0) return result;
     const auto now = SteadyClock::now();
     for (size_t p = 0; p < state_->links.size(); ++p) {
       State::Link& link = state_->links[p];
@@ -267,6 +267,7 @@ std::optional<SteadyClock::time_point> LinkShaper::pump() {
         head->inner = inner_->isend(peer, head->tag, head->data);
         link.queue.pop_front();
         --state_->held;
+        result.released = true;
       }
     }
   }
@@ -275,13 +276,19 @@ std::optional<SteadyClock::time_point> LinkShaper::pump() {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->failQueue(state_->links[static_cast<size_t>(peer)], why);
   }
-  return next;
+  if (!to_fail.empty()) result.released = true;  // failed held sends are completions too
+  return result;
 }
 
 void LinkShaper::progress(Deadline until) {
-  std::optional<SteadyClock::time_point> next = pump();
+  const Pumped pumped = pump();
+  if (pumped.released) {
+    // What was just released may have completed inside inner isend: poll, and let the caller look.
+    inner_->progress(SteadyClock::now());
+    return;
+  }
   Deadline wake = until;
-  if (next) wake = std::min(wake, *next);
+  if (pumped.next_due) wake = std::min(wake, *pumped.next_due);
   if (heldCount() > 0) wake = std::min(wake, SteadyClock::now() + kMaxHoldPoll);
   inner_->progress(wake);
   pump();

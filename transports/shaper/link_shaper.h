@@ -17,6 +17,9 @@
 // - Held sends move only inside progress() (and at posting when nothing is queued): progress() releases
 //   what is due and then drives the inner transport with a wake-up no later than the next release. While
 //   sends are queued it wakes at least every kMaxHoldPoll to pick up parameter changes made by other threads.
+//   A release counts as progress: when progress() hands a send over it only polls the inner transport and
+//   returns, because the inner send may already be complete, and an inner transport that waits for the next
+//   completion would otherwise sleep until the caller's deadline with the caller's request done.
 // - Cancelling a held send removes it from the queue; cancelling a released one cancels the inner request.
 //   Destroying a request that is still held cancels it.
 // - Thread-safe: every method and setter may be called from any thread; the inner transport is never called
@@ -81,9 +84,13 @@ class LinkShaper final : public Transport {
   struct State;  // links, queues and the lock; shared with request handles
 
  private:
+  struct Pumped {
+    std::optional<SteadyClock::time_point> next_due;  // when the next held send is due, if any
+    bool released = false;                            // some send was handed to the inner transport
+  };
   // Hands due sends to the inner transport, fails the links whose partition hold ran out and the held
-  // sends to peers the inner transport has failed; returns when the next held send is due, if any.
-  std::optional<SteadyClock::time_point> pump();
+  // sends to peers the inner transport has failed.
+  Pumped pump();
 
   std::unique_ptr<Transport> inner_;
   std::shared_ptr<State> state_;

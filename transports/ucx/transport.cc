@@ -597,6 +597,10 @@ void UcxTransport::progress(Deadline until) {
     Deadline wake_at = std::min(until, SteadyClock::now() + kMaxSleep);
     epoll_event events[2];
     int n = ::epoll_wait(epoll_fd_.get(), events, 2, net::pollTimeoutMs(wake_at));
+    // A slice passed quietly: return so that the caller re-checks its requests. Completions are counted
+    // from this call's start, so one that happened just before it (on another thread, or inside a
+    // decorator's isend) would otherwise go unnoticed until an unrelated event or `until`.
+    if (n == 0) return;
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wake_fd_.get()) {
         uint64_t count;
