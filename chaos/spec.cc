@@ -297,7 +297,7 @@ FaultSpec parseFault(const ConfigNode& fault) {
     if (f.kind && !lasting)
       fault.rejectKey("duration_s", std::string("a ") + faultKindName(*f.kind) + " is instantaneous; it has no duration");
     else
-      f.duration_s = fault.required<double>("duration_s", Range::positive());
+      f.duration_s = fault.required<double>("duration_s", Range::atLeast(0.001));  // 1 ms: a shorter fault is noise
   }
   f.profile = fault.oneOf("profile", {"aws", "gcp", "azure"}, "");
   const bool may_preempt = f.kind == FaultKind::kPreempt || event_trace;

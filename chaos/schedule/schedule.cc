@@ -84,6 +84,11 @@ class Drawer {
     return out;
   }
 
+  static Status tooManyActions() {
+    return Status::invalidArgument("plans more than " + std::to_string(kMaxPlannedActions) +
+                                   " actions (rate x nodes x horizon): lower the rate, time_scale or training.time_limit_s");
+  }
+
   std::string allNames() const {
     std::vector<std::string> v;
     for (const NodeInfo& n : nodes_) v.push_back(n.name);
@@ -220,6 +225,7 @@ class Drawer {
             t += rng.exponential(mean_gap);
             if (t >= horizon_) break;
             const double until = addOccurrence(fs, *fs.kind, {node}, {}, t, fs.duration_s, rng);
+            if (plan_.actions.size() > kMaxPlannedActions) return tooManyActions();
             if (std::isinf(until)) break;
             t = std::max(t, until);
           }
@@ -245,7 +251,10 @@ class Drawer {
             if (t < horizon_) wave(t);
         } else {
           const double mean_gap = 3600.0 / s.rate_per_hour / scale;
-          for (double t = rng.exponential(mean_gap); t < horizon_; t += rng.exponential(mean_gap)) wave(t);
+          for (double t = rng.exponential(mean_gap); t < horizon_; t += rng.exponential(mean_gap)) {
+            wave(t);
+            if (plan_.actions.size() > kMaxPlannedActions) return tooManyActions();
+          }
         }
         return Status::ok();
       }

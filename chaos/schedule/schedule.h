@@ -33,6 +33,8 @@ namespace chaosbed::chaos {
 
 // InvalidArgument naming the fault ("file:line:col: chaos.faults[i]: ...") for targets that do not
 // resolve, trace nodes that do not exist, or a blast-radius violation.
+// A plan may hold at most this many actions; a spec that draws more is InvalidArgument (validate reports it).
+inline constexpr size_t kMaxPlannedActions = 100000;
 Result<Plan> drawPlan(const ChaosSpec& spec, const std::vector<NodeInfo>& nodes, uint64_t seed, double horizon_s);
 
 // The blast-radius check on its own (drawPlan runs it unless spec.allow_full_outage, and prefixes the

@@ -63,7 +63,7 @@ std::string Diagnostic::toString() const {
 }
 
 void Diagnostics::add(Diagnostic diagnostic) {
-  if (std::find(all_.begin(), all_.end(), diagnostic) == all_.end()) all_.push_back(std::move(diagnostic));
+  if (seen_.insert(diagnostic.toString()).second) all_.push_back(std::move(diagnostic));
 }
 
 void Diagnostics::add(std::string file, int line, int column, std::string field, std::string message) {
@@ -86,7 +86,7 @@ Status Diagnostics::toStatus() const {
 // ---- Range ----
 
 bool Range::contains(double v) const {
-  if (std::isnan(v)) return false;
+  if (!std::isfinite(v)) return false;  // .inf and .nan are never a setting
   if (min_open ? !(v > min) : !(v >= min)) return false;
   if (max_open ? !(v < max) : !(v <= max)) return false;
   return true;
@@ -276,7 +276,9 @@ void ConfigNode::rejectKey(const std::string& key, const std::string& reason) co
 
 bool ConfigNode::checkRange(double v, const Range& range) const {
   if (range.contains(v)) return true;
-  error("must be " + range.describe() + ", got " + (isScalar() ? node_.Scalar() : formatDouble(v)));
+  const std::string got = isScalar() ? node_.Scalar() : formatDouble(v);
+  if (!std::isfinite(v)) error("must be a finite number" + (range.describe() == "a finite number" ? std::string() : " " + range.describe()) + ", got " + got);
+  else error("must be " + range.describe() + ", got " + got);
   return false;
 }
 
@@ -379,6 +381,11 @@ std::string ConfigNode::requiredOneOf(const std::string& key, std::initializer_l
 // ---- loading ----
 
 std::optional<YAML::Node> loadYamlString(const std::string& text, const std::string& file, Diagnostics* diagnostics) {
+  if (text.size() > kMaxSpecBytes) {
+    diagnostics->add(file, 0, 0, "", "text of " + std::to_string(text.size()) + " bytes: a spec may have at most " +
+                                         std::to_string(kMaxSpecBytes >> 20) + " MiB");
+    return std::nullopt;
+  }
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -397,6 +404,11 @@ std::optional<YAML::Node> loadYamlFile(const std::string& path, Diagnostics* dia
   }
   if (!S_ISREG(st.st_mode)) {
     diagnostics->add(path, 0, 0, "", "cannot read: not a regular file");
+    return std::nullopt;
+  }
+  if (uint64_t(st.st_size) > kMaxSpecBytes) {
+    diagnostics->add(path, 0, 0, "", "file of " + std::to_string(st.st_size) + " bytes: a spec may have at most " +
+                                         std::to_string(kMaxSpecBytes >> 20) + " MiB");
     return std::nullopt;
   }
   std::ifstream in(path, std::ios::binary);

@@ -43,6 +43,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -78,6 +79,7 @@ class Diagnostics {
 
  private:
   std::vector<Diagnostic> all_;
+  std::unordered_set<std::string> seen_;  // toString() of each, so that adding stays O(1)
 };
 
 // A numeric constraint; its description goes into the error message ("must be > 0, got -1").
@@ -241,6 +243,8 @@ class ConfigNode {
 
 // Parses YAML text. On a syntax error records "file:line:col: YAML syntax error: ..." and returns nullopt.
 // An empty document parses to a null node.
+// Larger specs are refused before parsing: no real spec comes near, and YAML's node trees cost ~40x the text.
+inline constexpr uint64_t kMaxSpecBytes = uint64_t{4} << 20;
 std::optional<YAML::Node> loadYamlString(const std::string& text, const std::string& file, Diagnostics* diagnostics);
 // Reads and parses a file; an unreadable file is a diagnostic ("cannot read: No such file or directory").
 std::optional<YAML::Node> loadYamlFile(const std::string& path, Diagnostics* diagnostics);

@@ -8,9 +8,9 @@
 #include "core/metrics/exporter.h"
 
 #include "core/metrics/prometheus_http_server.h"
+#include "core/metrics/prometheus_scrape.h"
 
 #include <prometheus/collectable.h>
-#include <prometheus/gateway.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
@@ -207,6 +207,24 @@ class Snapshot final : public prometheus::Collectable {
   std::map<NodeKey, NodeStats> nodes_;               // GUARDED_BY(mu_)
 };
 
+// RFC 4648 base64url without padding (Pushgateway's "@base64" label values).
+std::string base64Url(const std::string& in) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  uint32_t bits = 0;
+  int count = 0;
+  for (unsigned char c : in) {
+    bits = (bits << 8) | c;
+    count += 8;
+    while (count >= 6) {
+      count -= 6;
+      out += kAlphabet[(bits >> count) & 63];
+    }
+  }
+  if (count > 0) out += kAlphabet[(bits << (6 - count)) & 63];
+  return out.empty() ? "=" : out;  // an empty value is "=" in Pushgateway's encoding
+}
+
 class PrometheusExporter final : public MetricsExporter {
  public:
   PrometheusExporter() = default;
@@ -263,32 +281,23 @@ class PrometheusExporter final : public MetricsExporter {
     });
   }
 
-  Status push(const std::string& gateway, const std::string& experiment) override {
-    std::string scheme = "http://";
+  Status push(const std::string& gateway, const std::string& experiment, Deadline deadline) override {
     std::string rest = gateway;
-    for (const char* s : {"http://", "https://"})
-      if (rest.starts_with(s)) {
-        scheme = s;
-        rest = rest.substr(std::string(s).size());
-      }
+    if (rest.starts_with("http://")) rest = rest.substr(7);
     const size_t slash = rest.find('/');
     const std::string hostport = rest.substr(0, slash);
-    const std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+    std::string prefix = slash == std::string::npos ? "" : rest.substr(slash);
+    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
     std::string host;
     int port = 0;
-    if (Status st = parseHostPort(hostport, &host, &port); !st.isOk() || port == 0)
-      return Status::invalidArgument("metrics push_gateway '" + gateway + "': expected [http[s]://]host:port[/path]");
-    try {
-      // prometheus-cpp joins host ':' port "/metrics/job/..." verbatim, so a path prefix rides on the port.
-      prometheus::Gateway gw(scheme + host, std::to_string(port) + path, "chaosbed", {{"experiment", experiment}});
-      gw.RegisterCollectable(snapshot_);
-      const int code = gw.Push();
-      if (code < 0) return Status::unavailable("metrics push to " + gateway + ": curl error " + std::to_string(-code));
-      if (code < 200 || code >= 300)
-        return Status::unavailable("metrics push to " + gateway + ": HTTP status " + std::to_string(code));
-    } catch (const std::exception& e) {
-      return Status::unavailable("metrics push to " + gateway + ": " + e.what());
-    }
+    if (gateway.starts_with("https://") || !parseHostPort(hostport, &host, &port).isOk() || port == 0)
+      return Status::invalidArgument("metrics push_gateway '" + gateway + "': expected [http://]host:port[/path]");
+    // Pushgateway's API: PUT replaces the group job="chaosbed", experiment=<name>; the name travels base64url
+    // encoded, so any character is safe in the path.
+    const std::string path = prefix + "/metrics/job/chaosbed/experiment@base64/" + base64Url(experiment);
+    auto r = httpPut(hostport, path, "text/plain; version=0.0.4",
+                     prometheus::TextSerializer().Serialize(snapshot_->Collect()), deadline);
+    if (!r.isOk()) return Status(r.status()).withContext("metrics push to " + gateway);
     return Status::ok();
   }
 

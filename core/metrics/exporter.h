@@ -13,6 +13,7 @@
 
 #include "core/metrics/accounting.h"
 #include "transports/status.h"
+#include "transports/transport.h"
 
 namespace chaosbed {
 
@@ -56,8 +57,9 @@ class MetricsExporter {
   // The scraper's interval in seconds, once it has scraped twice.
   virtual std::optional<double> scrapeInterval() const = 0;
 
-  // Pushes everything to a Pushgateway ("[http://]host:port[/path]") under job "chaosbed" (batch CI).
-  virtual Status push(const std::string& gateway, const std::string& experiment) = 0;
+  // Pushes everything to a Pushgateway ("[http://]host:port[/path]") under job "chaosbed" (batch CI); a
+  // gateway that does not answer by the deadline is a Timeout, never a hang.
+  virtual Status push(const std::string& gateway, const std::string& experiment, Deadline deadline) = 0;
 };
 
 }  // namespace chaosbed

@@ -116,10 +116,12 @@ Result<double> parseValue(const std::string& s) {
   return v;
 }
 
-}  // namespace
-
-Result<std::string> httpGet(const std::string& host_port, const std::string& path, Deadline deadline) {
-  const std::string what = "GET http://" + host_port + path;
+// One request on a fresh connection ("Connection: close"); the body of a response whose status is in
+// [2xx] (exactly 200 when only_200).
+Result<std::string> httpRequest(const std::string& method, const std::string& host_port, const std::string& path,
+                                const std::string& content_type, const std::string& payload, bool only_200,
+                                Deadline deadline) {
+  const std::string what = method + " http://" + host_port + path;
   const size_t colon = host_port.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size())
     return Status::invalidArgument(what + ": address '" + host_port + "' is not host:port");
@@ -128,8 +130,11 @@ Result<std::string> httpGet(const std::string& host_port, const std::string& pat
   CHAOSBED_ASSIGN_OR_RETURN(int raw_fd, connectTo(host, host_port.substr(colon + 1), deadline, what));
   Fd fd(raw_fd);
 
-  const std::string request =
-      "GET " + path + " HTTP/1.1\r\nHost: " + host_port + "\r\nAccept: text/plain\r\nConnection: close\r\n\r\n";
+  std::string request = method + " " + path + " HTTP/1.1\r\nHost: " + host_port +
+                        "\r\nAccept: text/plain\r\nConnection: close\r\n";
+  if (method != "GET")
+    request += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(payload.size()) + "\r\n";
+  request += "\r\n" + payload;
   size_t sent = 0;
   while (sent < request.size()) {
     ssize_t n = ::send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
@@ -163,9 +168,20 @@ Result<std::string> httpGet(const std::string& host_port, const std::string& pat
   const size_t sp = head.find(' ');
   if (sp == std::string::npos || head.compare(0, 5, "HTTP/") != 0) return Status::ioError(what + ": malformed status line");
   const int code = std::atoi(head.c_str() + sp + 1);
-  if (code != 200) return Status::ioError(what + ": HTTP status " + std::to_string(code));
+  if (only_200 ? code != 200 : (code < 200 || code > 299)) return Status::ioError(what + ": HTTP status " + std::to_string(code));
   if (lowercase(head).find("transfer-encoding: chunked") != std::string::npos) return dechunk(body, what);
   return body;
+}
+
+}  // namespace
+
+Result<std::string> httpGet(const std::string& host_port, const std::string& path, Deadline deadline) {
+  return httpRequest("GET", host_port, path, "", "", true, deadline);
+}
+
+Result<std::string> httpPut(const std::string& host_port, const std::string& path, const std::string& content_type,
+                            const std::string& body, Deadline deadline) {
+  return httpRequest("PUT", host_port, path, content_type, body, false, deadline);
 }
 
 std::vector<MetricSample> Exposition::find(const std::string& name,

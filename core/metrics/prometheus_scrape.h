@@ -1,6 +1,6 @@
 #pragma once
-// Reading a Prometheus endpoint back: a minimal HTTP/1.1 GET (plain TCP, no TLS, no redirects) with a
-// deadline, and a parser of the text exposition format (version 0.0.4). Used by the tests, the metrics
+// Reading a Prometheus endpoint back: a minimal HTTP/1.1 GET (and the PUT of a Pushgateway push; plain TCP,
+// no TLS, no redirects) with a deadline, and a parser of the text exposition format (version 0.0.4). Used by the tests, the metrics
 // benchmark and anything that checks what an exporter really serves. Not a general HTTP client.
 
 #include <map>
@@ -16,6 +16,9 @@ namespace chaosbed {
 // resolvable name). Errors: InvalidArgument for a bad address, Timeout past the deadline, Unavailable for
 // connection failures, IoError for a non-200 status or a malformed response (the message says which).
 Result<std::string> httpGet(const std::string& host_port, const std::string& path, Deadline deadline);
+// PUT `body` to http://host_port/path; the response body of any 2xx status. Errors as for httpGet.
+Result<std::string> httpPut(const std::string& host_port, const std::string& path, const std::string& content_type,
+                            const std::string& body, Deadline deadline);
 
 struct MetricSample {
   std::string name;                           // as exposed, e.g. "chaosbed_step_duration_seconds_bucket"

@@ -56,6 +56,11 @@ Status checkNccl(const spec::ExperimentSpec& spec) {
 
 }  // namespace
 
+namespace {
+// A Pushgateway that does not answer in this time is reported, never waited for: the results are written.
+constexpr std::chrono::seconds kPushDeadline{10};
+}  // namespace
+
 Status checkFreshOutDir(const std::string& dir) {
   std::error_code ec;
   const auto st = std::filesystem::status(dir, ec);  // the caller's own path: a link they made is theirs
@@ -174,7 +179,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   CHAOSBED_RETURN_IF_ERROR(writeTimeseries(dir, outcome.results));
   if (Status s = report::writeReport(dir); !s.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", s.toString().c_str());
   if (metrics && !spec.metrics.push_gateway.empty()) {
-    if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name); !s.isOk())
+    if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name, deadlineIn(kPushDeadline)); !s.isOk())
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", spec.metrics.push_gateway.c_str(), s.toString().c_str());
   }
   if (out)

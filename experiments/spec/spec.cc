@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <regex>
 #include <set>
 
+#include "chaos/cluster.h"
+#include "chaos/schedule/schedule.h"
 #include "core/config/override.h"
 #include "transports/bootstrap/net.h"
 
@@ -238,10 +241,13 @@ void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
   m->push_gateway = n.optional<std::string>("push_gateway", "");
   if (n.child("push_gateway").isScalar() && !m->push_gateway.empty()) {
     std::string_view g = m->push_gateway;
-    for (std::string_view scheme : {"http://", "https://"})
-      if (g.starts_with(scheme)) g.remove_prefix(scheme.size());
+    if (g.starts_with("http://")) g.remove_prefix(7);
     g = g.substr(0, g.find('/'));
-    if (std::string why = checkHostPort(g); !why.empty()) n.child("push_gateway").error(why);
+    if (m->push_gateway.starts_with("https://"))
+      n.child("push_gateway").error("https is not supported: the push is plain HTTP (use a Pushgateway on loopback "
+                                    "or a private network, or a local TLS proxy)");
+    else if (std::string why = checkHostPort(g); !why.empty())
+      n.child("push_gateway").error(why);
   }
 }
 
@@ -254,6 +260,26 @@ void parseOutput(const ConfigNode& root, OutputSpec* o) {
 
 std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::string& file, Diagnostics* d,
                                             bool check_sweep);
+
+// The chaos plan is a function of the spec alone: draw it as `run` and `chaos plan` will, so that validate
+// reports what they would reject (targets out of range, unknown roles, full outages, unbounded plans).
+// drawPlan's errors read "file:line:col: chaos.faults[i]: message".
+void checkChaosPlan(const ExperimentSpec& spec, const std::string& file, Diagnostics* d) {
+  if (spec.chaos.parsed.faults.empty()) return;
+  const auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers},
+                                       {"ps", spec.cluster.servers},
+                                       {"evaluator", 1}});
+  auto plan = chaos::drawPlan(spec.chaos.parsed, nodes, uint64_t(spec.seed), spec.training.time_limit_s);
+  if (plan.isOk()) return;
+  std::string text = plan.status().message();
+  if (text.starts_with("chaos: ")) text = text.substr(7);
+  static const std::regex kLocated(R"(^(.*):(\d+):(\d+): ([^:]+): (.*)$)");
+  std::smatch m;
+  if (std::regex_match(text, m, kLocated))
+    d->add(m[1].str(), std::stoi(m[2].str()), std::stoi(m[3].str()), m[4].str(), m[5].str());
+  else
+    d->add(file, 0, 0, "chaos", text);
+}
 
 // Each grid value, applied alone to the spec, must give a valid spec; errors point at the value.
 void checkSweepValues(const YAML::Node& doc, const std::string& file, const SweepSpec& sweep,
@@ -359,6 +385,7 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
 
   parseMetrics(root, &spec.metrics);
   parseOutput(root, &spec.output);
+  if (d->size() == errors_before) checkChaosPlan(spec, file, d);
   spec.sweep = parseSweep(root, spec.seed);
   if (check_sweep && spec.sweep && d->size() == errors_before)
     checkSweepValues(doc, file, *spec.sweep, root.child("sweep").child("grid"));

@@ -128,7 +128,7 @@ struct ChaosSection {
 
 struct MetricsSpec {
   std::string listen = "127.0.0.1:9464";  // host:port of the Prometheus exporter; port 0 = any free port
-  std::string push_gateway;               // empty = none; else [http[s]://]host:port[/path]
+  std::string push_gateway;               // empty = none; else [http://]host:port[/path] (pushed with a 10 s deadline)
   // The exporter is unauthenticated: a listen host other than loopback is an error unless this is set.
   bool allow_remote = false;
   // Each strategy starts training only once a scrape has seen its series at zero, and the run exits only

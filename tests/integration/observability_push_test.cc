@@ -40,7 +40,7 @@ TEST(ObservabilityPush, PushesToARealPushgateway) {
   s.seconds[int(TimeCategory::kIdleServer)] = 1.25;
   (*e)->updateNode({"nightly", "parameter_server", "worker", "worker-0"}, s);
   (*e)->setTimeToAccuracy("nightly", "parameter_server", 17.5);
-  ASSERT_TRUE((*e)->push("http://" + addr, "nightly").isOk());
+  ASSERT_TRUE((*e)->push("http://" + addr, "nightly", deadlineIn(10s)).isOk());
 
   auto body = httpGet(addr, "/metrics", deadlineIn(10s));
   ASSERT_TRUE(body.isOk()) << body.status().toString();
@@ -59,7 +59,7 @@ TEST(ObservabilityPush, PushesToARealPushgateway) {
   // A later push of the same experiment replaces the group (PUT semantics), without a host prefix.
   s.steps = 50;
   (*e)->updateNode({"nightly", "parameter_server", "worker", "worker-0"}, s);
-  ASSERT_TRUE((*e)->push(addr, "nightly").isOk());
+  ASSERT_TRUE((*e)->push(addr, "nightly", deadlineIn(10s)).isOk());
   body = httpGet(addr, "/metrics", deadlineIn(10s));
   ASSERT_TRUE(body.isOk()) << body.status().toString();
   x = parseExposition(*body);
@@ -72,12 +72,37 @@ TEST(ObservabilityPush, PushesToARealPushgateway) {
 TEST(ObservabilityPush, ErrorsAreValues) {
   auto e = MetricsExporter::create("127.0.0.1:0");
   ASSERT_TRUE(e.isOk()) << e.status().toString();
-  Status bad = (*e)->push("http://no-port-here", "x");
+  Status bad = (*e)->push("http://no-port-here", "x", deadlineIn(10s));
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.toString();
   EXPECT_NE(bad.message().find("no-port-here"), std::string::npos) << bad.toString();
   const int port = freePort();  // nothing listens there
-  Status refused = (*e)->push("127.0.0.1:" + std::to_string(port), "x");
+  Status refused = (*e)->push("127.0.0.1:" + std::to_string(port), "x", deadlineIn(10s));
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.toString();
+  Status https = (*e)->push("https://127.0.0.1:9091", "x", deadlineIn(10s));
+  EXPECT_EQ(https.code(), StatusCode::kInvalidArgument) << https.toString();
+}
+
+// A gateway that takes the connection and never answers (here: a listener that never accepts; the kernel
+// completes the handshake) costs the deadline, not the run.
+TEST(ObservabilityPush, ASilentGatewayIsATimeoutAtTheDeadline) {
+  auto e = MetricsExporter::create("127.0.0.1:0");
+  ASSERT_TRUE(e.isOk()) << e.status().toString();
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const auto t0 = SteadyClock::now();
+  Status silent = (*e)->push("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "x", deadlineIn(500ms));
+  const auto took = SteadyClock::now() - t0;
+  ::close(fd);
+  EXPECT_EQ(silent.code(), StatusCode::kTimeout) << silent.toString();
+  EXPECT_GE(took, 500ms);
+  EXPECT_LT(took, 5s) << "the push outlived its deadline";
 }
 
 }  // namespace

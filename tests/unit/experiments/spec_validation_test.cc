@@ -164,6 +164,54 @@ TEST(SpecValidation, ReportsEveryErrorInOnePass) {
             }));
 }
 
+// What `chaos plan` and `run` would reject for the spec alone, validate rejects too, at the fault's place;
+// and no number may be infinite.
+TEST(SpecValidation, RejectsWhatTheChaosPlanOrTheRunWould) {
+  struct Case {
+    const char* what;
+    std::string fault;      // one entry of chaos.faults, on line 11
+    std::string location;   // the diagnostic's prefix
+    std::string message;    // a part of its text
+  };
+  const Case cases[] = {
+      {"a target index beyond the cluster", "{name: f, action: kill, target: {role: worker, index: 9}, at_s: 1}",
+       "t.yaml:11:7: chaos.faults[0]", "has no index 9"},
+      {"an unknown role", "{name: f, action: kill, target: {role: gpu, index: 0}, at_s: 1}", "t.yaml:11:7: chaos.faults[0]",
+       "gpu"},
+      {"every server down at once", "{name: f, action: kill, target: {role: ps}, at_s: 1}", "t.yaml:11:7: chaos.faults[0]",
+       ""},
+      {"an unbounded plan", "{name: f, action: pause, target: {role: worker}, duration_s: 0.001, "
+                            "schedule: {poisson: {rate_per_node_hour: 1e12}}}",
+       "t.yaml:11:7: chaos.faults[0]", "plans more than 100000 actions"},
+      {"an infinite rate", "{name: f, action: pause, target: {role: worker}, duration_s: 1, "
+                           "schedule: {poisson: {rate_per_node_hour: .inf}}}",
+       "t.yaml:11:", "must be a finite number"},
+      {"a duration under 1 ms", "{name: f, action: pause, target: {role: worker, index: 0}, at_s: 1, duration_s: 1e-7}",
+       "t.yaml:11:", "duration_s: must be >= 0.001"},
+      {"an infinite latency", "{name: f, action: link, target: {between: [{role: worker, index: 0}, {role: worker, index: 1}]}, "
+                              "at_s: 1, duration_s: 1, "
+                              "params: {latency_ms: .inf}}",
+       "t.yaml:11:", "must be a finite number"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto errors = diagnose(spec(kCluster, kData, kStrategies, "chaos:\n  faults:\n    - " + c.fault + "\n"));
+    ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+    EXPECT_EQ(errors[0].rfind(c.location, 0), 0u) << errors[0];
+    EXPECT_NE(errors[0].find(c.message), std::string::npos) << errors[0];
+  }
+  EXPECT_EQ(diagnose(spec(kCluster, kData, kStrategies, "training: {learning_rate: .inf}\n")),
+            (std::vector<std::string>{"t.yaml:9:27: training.learning_rate: must be a finite number > 0, got .inf"}));
+}
+
+TEST(SpecValidation, ASpecOverFourMiBIsRefusedBeforeParsing) {
+  config::Diagnostics d;
+  const std::string text = std::string(kHead) + "# " + std::string(config::kMaxSpecBytes, 'x') + "\n";
+  EXPECT_FALSE(config::loadYamlString(text, "big.yaml", &d).has_value());
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(d.all()[0].toString().find("at most 4 MiB"), std::string::npos) << d.toString();
+}
+
 TEST(SpecValidation, AcceptsTheMinimalSpecWithDefaults) {
   config::Diagnostics d;
   std::optional<ExperimentSpec> s =
