@@ -40,8 +40,9 @@ std::vector<Action> Supervision::onExit(const NodeExit& e, double t, int64_t wor
   if (!e.by_chaos && e.clean && e.node.isWorker()) return out;
   if (e.node.role != Role::kEvaluator) {
     ++failures_;
-    episodes_.push_back({t, worker_steps, e.node.isWorker()});
+    episodes_.push_back({t, worker_steps, e.node.isWorker(), e.node.name() + " exited", false});
   }
+  if (e.node.isWorker()) reported_.reset();  // the exit explains what the members saw; its generation answers them
   Outage& o = down_[e.node];
   o.since_s = t;
   o.by_chaos = e.by_chaos;
@@ -113,7 +114,7 @@ std::vector<Action> Supervision::onProgress(int64_t worker_steps, double t) {
   if (stopped_at_) t = std::min(t, *stopped_at_);  // the steps that closed it were taken before the stop
   std::erase_if(episodes_, [&](const Episode& e) {
     if (!e.worker || worker_steps <= e.steps_at_failure) return false;
-    out.push_back(Action::recovery(std::max(0.0, t - e.since_s)));
+    out.push_back(Action::recovery(std::max(0.0, t - e.since_s), e.cause));
     return true;
   });
   return out;
@@ -123,10 +124,39 @@ std::vector<Action> Supervision::onRecoveredEvent(double t) {
   std::vector<Action> out;
   std::erase_if(episodes_, [&](const Episode& e) {
     if (t < e.since_s) return false;
-    out.push_back(Action::recovery(t - e.since_s));
+    out.push_back(Action::recovery(t - e.since_s, e.cause));
     return true;
   });
   return out;
+}
+
+void Supervision::onCollectiveFailure(const NodeId& reporter, int64_t generation, double t, const std::string& what) {
+  if (!policy_.synchronous || stopped_at_ || !reporter.isWorker() || generation != generation_) return;  // stale
+  if (!reported_) reported_ = ReportedFailure{generation, t, reporter.name() + ": " + what};
+}
+
+std::vector<Action> Supervision::onTick(double t) {
+  if (!reported_ || stopped_at_) return {};
+  if (reported_->generation != generation_) {  // answered meanwhile (an exit's or a replacement's generation)
+    reported_.reset();
+    return {};
+  }
+  for (const auto& [node, o] : down_)
+    if (node.isWorker()) {  // a worker is down: its exit or replacement publishes the next generation
+      reported_.reset();
+      return {};
+    }
+  if (t - reported_->since_s < kExitGraceS) return {};
+  const ReportedFailure r = *reported_;
+  reported_.reset();
+  if (std::none_of(episodes_.begin(), episodes_.end(), [](const Episode& e) { return e.collective; })) {
+    ++failures_;
+    episodes_.push_back({r.since_s, 0, true, "collective failure (" + r.what + ")", true});
+  }
+  if (policy_.elastic) return {publish(members_, false, {})};
+  std::vector<int> all;
+  for (int i = 0; i < policy_.workers; ++i) all.push_back(i);
+  return {publish(all, true, {})};
 }
 
 void Supervision::onStop(double t) {

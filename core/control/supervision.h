@@ -49,6 +49,7 @@ struct Action {
   bool only_if_running = false;
   Membership membership;
   double seconds = 0;
+  std::string cause;  // kRecovery: what the episode recovered from ("worker-1 exited", "collective failure ...")
 
   static Action restart(NodeId node, bool only_if_running) {
     Action a;
@@ -62,10 +63,11 @@ struct Action {
     a.membership = std::move(m);
     return a;
   }
-  static Action recovery(double seconds) {
+  static Action recovery(double seconds, std::string cause) {
     Action a;
     a.kind = Kind::kRecovery;
     a.seconds = seconds;
+    a.cause = std::move(cause);
     return a;
   }
 };
@@ -93,6 +95,16 @@ class Supervision {
   std::vector<Action> onProgress(int64_t worker_steps, double t);
   // A node reported its first step after a failure at t: every episode that began by then is over.
   std::vector<Action> onRecoveredEvent(double t);
+  // A member of a synchronous strategy saw a collective of `generation` fail (a timeout, a peer lost on the
+  // control plane, an abandoned endpoint) at t and waits for a newer generation. Recorded; onTick decides.
+  void onCollectiveFailure(const NodeId& reporter, int64_t generation, double t, const std::string& what);
+  // At run time t: a reported collective failure that no exit explains (still the current generation, no
+  // worker down, reported at least kExitGraceS ago so that an exit that caused it has been seen) makes a new
+  // generation of the members: the same set under elastic, every worker rolled back under restart. It opens
+  // one recovery episode (another report while that episode is open adds a generation, not an episode).
+  std::vector<Action> onTick(double t);
+  static constexpr double kExitGraceS = 1.0;
+
   // The run was stopped at t: episodes that close later are clamped to it.
   void onStop(double t);
   // The reason the run is over because of its workers ("workers_ended"), given the workers running now:
@@ -116,6 +128,13 @@ class Supervision {
     double since_s = 0;
     int64_t steps_at_failure = 0;
     bool worker = false;
+    std::string cause;
+    bool collective = false;  // opened by a collective failure (onTick), not by an exit
+  };
+  struct ReportedFailure {
+    int64_t generation = 0;
+    double since_s = 0;
+    std::string what;
   };
 
   Action publish(std::vector<int> workers, bool rollback, std::vector<int> joined);
@@ -126,6 +145,7 @@ class Supervision {
   std::map<NodeId, Outage> down_;
   std::map<NodeId, int> young_deaths_;  // consecutive short-lived incarnations per node
   std::vector<Episode> episodes_;
+  std::optional<ReportedFailure> reported_;  // the earliest unanswered collective failure
   int failures_ = 0;
   std::optional<double> stopped_at_;
 };

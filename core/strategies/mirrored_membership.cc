@@ -45,6 +45,7 @@ Status MirroredWorker::joinFirst(bool& stopped) {
     if (s.isOk()) break;
     if (!isPeerFailure(s)) return s;
     LOG(WARNING) << "mirrored rank " << me_ << ": joining generation " << m.generation << " failed: " << s.toString();
+    reportFailure(s, m.generation, "joining generation " + std::to_string(m.generation) + " failed");
     member_lost = true;
     CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(m.generation, stopped));
   }
@@ -183,15 +184,21 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
   return Status::ok();
 }
 
+// "failure_detected": the controller's Supervision answers a failure that no process exit explains with a
+// new generation (experiments/run: onCollectiveFailure, onTick).
+void MirroredWorker::reportFailure(const Status& why, int64_t generation, const std::string& reason) {
+  (void)ctx_.control.event("failure_detected", {{"lost_rank", why.peer()},
+                                                {"step", progress_.step},
+                                                {"generation", generation},
+                                                {"reason", reason},
+                                                {"error", why.toString()}});
+}
+
 Status MirroredWorker::recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped,
                                const std::string& reason) {
   LOG(WARNING) << "mirrored rank " << me_ << ": " << reason << " at step " << progress_.step << " in generation "
                << membership_.generation << ": " << why.toString();
-  (void)ctx_.control.event("failure_detected", {{"lost_rank", why.peer()},
-                                                {"step", progress_.step},
-                                                {"generation", membership_.generation},
-                                                {"reason", reason},
-                                                {"error", why.toString()}});
+  reportFailure(why, membership_.generation, reason);
   if (!recovery_started_) recovery_started_ = failed_at;
   cancelPending();
   int64_t after = membership_.generation;
@@ -208,6 +215,9 @@ Status MirroredWorker::recover(const Status& why, SteadyClock::time_point failed
       break;
     }
     LOG(WARNING) << "mirrored rank " << me_ << ": entering generation " << m->generation << " failed: " << s.toString();
+    // Tell the controller: when no exit explains it (a member frozen past the timeout), only a newer
+    // generation that the controller publishes gets the members out.
+    reportFailure(s, m->generation, "entering generation " + std::to_string(m->generation) + " failed");
     after = m->generation;
   }
   // Everything from the start of the failed collective until training resumes waited on recovery.

@@ -119,6 +119,8 @@ class MirroredWorker {
   Status rendezvous(const Membership& m);
   Status reconnectMember(int peer, int64_t generation);
   Status syncState(bool rolled_back, int64_t pre_rollback_step, const Membership& m);
+  // Tells the controller that generation `generation` failed here (event "failure_detected").
+  void reportFailure(const Status& why, int64_t generation, const std::string& reason);
   Status recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped, const std::string& reason);
   Status switchGeneration(int64_t generation, bool& stopped);
   // Steps.

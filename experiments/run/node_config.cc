@@ -18,6 +18,7 @@ TrainingConfig trainingConfig(const spec::ExperimentSpec& s) {
   c.eval_interval_s = s.training.eval_interval_s;
   c.checkpoint_interval_s = s.training.checkpoint_interval_s;
   c.max_steps = s.training.max_steps.value_or(0);
+  c.collective_timeout_s = s.training.collective_timeout_s;
   return c;
 }
 

@@ -127,6 +127,13 @@ double StrategyResult::idleFraction() const {
   return busy > 0 ? workers.idleSeconds() / busy : 0;
 }
 
+nlohmann::json StrategyResult::recoveryEpisodes() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < recovery_seconds.size(); ++i)
+    out.push_back({{"seconds", recovery_seconds[i]}, {"cause", i < recovery_causes.size() ? recovery_causes[i] : ""}});
+  return out;
+}
+
 nlohmann::json StrategyResult::toJson() const {
   nlohmann::json idle = {{"peer", workers.seconds[int(TimeCategory::kIdlePeer)]},
                          {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
@@ -148,6 +155,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"failures", failures},
                       {"recoveries", recoveries},
                       {"recovery_seconds", recovery_seconds},
+                      {"recovery_episodes", recoveryEpisodes()},
                       {"faults_applied", faults_applied},
                       {"chaos_leaks", chaos_leaks},
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},

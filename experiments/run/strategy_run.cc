@@ -139,8 +139,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   int64_t totalWorkerSteps() const;
   // Carries out Supervision's decisions, in order; mu_ held.
   void execute(const std::vector<control::Action>& actions);
-  void recordRecovery(double seconds) {
+  void recordRecovery(double seconds, const std::string& cause) {
     result_.recovery_seconds.push_back(seconds);
+    result_.recovery_causes.push_back(cause);
     ++result_.recoveries;
     if (ctx_.metrics) ctx_.metrics->recovery(spec_.metadata.name, strategy_.label, seconds);
   }
@@ -290,7 +291,10 @@ void Supervisor::execute(const std::vector<control::Action>& actions) {
         break;
       }
       case control::Action::Kind::kRecovery:
-        recordRecovery(a.seconds);
+        recordRecovery(a.seconds, a.cause);
+        if (ctx_.events)
+          (void)ctx_.events->append({{"type", "recovery"}, {"strategy", strategy_.label}, {"seconds", a.seconds},
+                                     {"cause", a.cause}, {"t", now()}});
         break;
     }
   }
@@ -397,6 +401,16 @@ void Supervisor::handleEvent(const std::string& text) {
   } else if (type == "recovered") {
     std::lock_guard lock(mu_);
     execute(supervision_->onRecoveredEvent(number(e, "t", now())));
+  } else if (type == "failure_detected") {
+    // A member waits for a newer generation; Supervision decides whether an exit explains it (onTick).
+    auto node = control::NodeId::parse(e.value("node", ""));
+    const double generation = number(e, "generation", -1);
+    if (node && generation >= 0) {
+      std::string what = e.value("reason", "") + ": " + e.value("error", "");
+      if (what.size() > 200) what = what.substr(0, 200) + "...";
+      std::lock_guard lock(mu_);
+      supervision_->onCollectiveFailure(*node, int64_t(generation), now(), what);
+    }
   } else if (type == "error") {
     LOG(WARNING) << strategy_.label << ": " << e.dump();
   }
@@ -507,6 +521,10 @@ Result<StrategyResult> Supervisor::run() {
     handleExits();
     checkReplacements();
     readEvents();
+    {
+      std::lock_guard lock(mu_);
+      execute(supervision_->onTick(now()));
+    }
     const double t = now();
     if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
     if (t >= time_limit) requestStop("time_limit");

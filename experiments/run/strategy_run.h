@@ -54,6 +54,7 @@ struct StrategyResult {
   int failures = 0;          // nodes lost (faults and crashes)
   int recoveries = 0;        // failures after which training progressed again
   std::vector<double> recovery_seconds;
+  std::vector<std::string> recovery_causes;  // what each episode of recovery_seconds recovered from
   int faults_applied = 0;
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;
@@ -64,6 +65,7 @@ struct StrategyResult {
   double goodputSamplesPerSecond() const;
   double idleFraction() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
+  nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
 };
 
 // What one line of live progress shows.

@@ -155,7 +155,7 @@ void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
 void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   ConfigNode n = root.child("training");
   n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
-               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps"});
+               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps", "collective_timeout_s"});
   t->batch_per_worker = n.optional<int>("batch_per_worker", t->batch_per_worker, Range::closed(1, 1 << 16));
   t->learning_rate = n.optional<double>("learning_rate", t->learning_rate, Range::positive());
   t->momentum = n.optional<double>("momentum", t->momentum, Range{0, 1, false, true});
@@ -166,6 +166,7 @@ void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   t->eval_interval_s = n.optional<double>("eval_interval_s", t->eval_interval_s, Range::positive());
   t->checkpoint_interval_s = n.optional<double>("checkpoint_interval_s", t->checkpoint_interval_s, Range::positive());
   t->max_steps = n.nullable<int64_t>("max_steps", std::nullopt, Range::atLeast(1));
+  t->collective_timeout_s = n.optional<double>("collective_timeout_s", t->collective_timeout_s, Range::closed(0.1, 86400));
   if (t->eval_interval_s > t->time_limit_s)
     n.errorAt("eval_interval_s", "must not exceed time_limit_s (" + config::formatDouble(t->time_limit_s) +
                                      "): no snapshot would be evaluated before the limit");
@@ -509,6 +510,7 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitDouble(e, "time_limit_s", t.time_limit_s);
   emitDouble(e, "eval_interval_s", t.eval_interval_s);
   emitDouble(e, "checkpoint_interval_s", t.checkpoint_interval_s);
+  emitDouble(e, "collective_timeout_s", t.collective_timeout_s);
   e << YAML::Key << "max_steps" << YAML::Value;
   if (t.max_steps) e << std::to_string(*t.max_steps);
   else e << YAML::Null;

@@ -91,6 +91,60 @@ TEST(SupervisionTest, ElasticShrinksAtOnceAndGrowsWhenTheReplacementIsReady) {
   EXPECT_EQ(grow[0].joined, (std::vector<int>{1}));
 }
 
+// A collective failure that no process exit explains (a member frozen past the timeout, a partition) still
+// gets a new generation: the members would otherwise wait for one forever.
+TEST(SupervisionTest, ACollectiveFailureWithoutAnExitGetsANewGenerationAfterTheGrace) {
+  for (const bool elastic : {false, true}) {
+    SCOPED_TRACE(elastic ? "elastic" : "restart");
+    Supervision s({.workers = 3, .synchronous = true, .elastic = elastic});
+    s.start();
+    s.onCollectiveFailure(kWorker0, 0, 10, "step: timeout");
+    s.onCollectiveFailure(kWorker2, 0, 10.2, "step: timeout");
+    EXPECT_TRUE(s.onTick(10.5).empty()) << "an exit that caused it may not have been seen yet";
+    auto m = published(s.onTick(10 + Supervision::kExitGraceS));
+    ASSERT_EQ(m.size(), 1u);
+    EXPECT_EQ(m[0].generation, 1);
+    EXPECT_EQ(m[0].workers, (std::vector<int>{0, 1, 2})) << "the same members: nobody is known to be gone";
+    EXPECT_EQ(m[0].rollback, !elastic) << "restart rolls back together, elastic goes on";
+    EXPECT_EQ(s.failures(), 1);
+    EXPECT_TRUE(s.onTick(20).empty()) << "answered once";
+    // Still frozen: entering generation 1 times out too. Another generation, not another episode.
+    s.onCollectiveFailure(kWorker1, 1, 30, "entering generation 1 failed: timeout");
+    ASSERT_EQ(published(s.onTick(31)).size(), 1u);
+    EXPECT_EQ(s.failures(), 1);
+    auto closed = s.onRecoveredEvent(35);
+    ASSERT_EQ(closed.size(), 1u);
+    EXPECT_EQ(closed[0].seconds, 25) << "from the first report";
+    EXPECT_NE(closed[0].cause.find("collective failure"), std::string::npos) << closed[0].cause;
+    EXPECT_NE(closed[0].cause.find("worker-0"), std::string::npos) << closed[0].cause;
+  }
+}
+
+TEST(SupervisionTest, ACollectiveFailureThatAnExitExplainsIsLeftToTheExit) {
+  Supervision s({.workers = 3, .synchronous = true});
+  s.start();
+  s.onCollectiveFailure(kWorker0, 0, 10, "step: peer lost");
+  EXPECT_TRUE(s.onExit(killed(kWorker1), 10.1, 100).empty());
+  EXPECT_TRUE(s.onTick(20).empty()) << "worker 1 is down: its replacement's generation answers the members";
+  EXPECT_EQ(s.failures(), 1) << "one failure: the exit";
+  // Reports about a superseded generation, or from a strategy that does not move in generations, are moot.
+  s.onCollectiveFailure(kWorker0, 7, 30, "stale");
+  EXPECT_TRUE(s.onTick(40).empty());
+  Supervision async({.workers = 2});
+  async.start();
+  async.onCollectiveFailure(kWorker0, 0, 1, "x");
+  EXPECT_TRUE(async.onTick(10).empty());
+}
+
+TEST(SupervisionTest, EveryRecoveryNamesItsCause) {
+  Supervision s({.workers = 3, .synchronous = true, .elastic = true});
+  s.start();
+  s.onExit(killed(kWorker1), 5, 100);
+  auto closed = s.onRecoveredEvent(6);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].cause, "worker-1 exited");
+}
+
 TEST(SupervisionTest, ElasticNeverPublishesAnEmptyGeneration) {
   Supervision s({.workers = 1, .synchronous = true, .elastic = true});
   s.start();
