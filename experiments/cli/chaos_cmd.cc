@@ -2,6 +2,7 @@
 //   chaos plan SPEC [--seed N] [--json]   draw the spec's fault schedule and print it; runs nothing
 //   chaos bench [--bench_faults N] [--bench_gap_ms G] [--bench_json FILE]
 //                                         fidelity: injection delay over N faults, slow accuracy, pause
+//   chaos heal                            heal what dead runs left on this host (chaos/host_state.h)
 //   chaos agent --state DIR               (hidden) the healer started by the controller; see chaos/state.h
 
 #include <gflags/gflags.h>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chaos/controller.h"
+#include "chaos/host_state.h"
 #include "chaos/local_cluster.h"
 #include "chaos/schedule/schedule.h"
 #include "chaos/spec.h"
@@ -48,7 +50,8 @@ using chaos::NodeInfo;
 int usage() {
   std::fprintf(stderr,
                "usage: chaosbed chaos plan SPEC [--seed N] [--json]\n"
-               "       chaosbed chaos bench [--bench_faults N] [--bench_gap_ms G] [--bench_json FILE]\n");
+               "       chaosbed chaos bench [--bench_faults N] [--bench_gap_ms G] [--bench_json FILE]\n"
+               "       chaosbed chaos heal   (thaw, unthrottle and remove what dead runs left on this host)\n");
   return kExitUsage;
 }
 
@@ -260,6 +263,19 @@ int runChaos(int argc, char** argv) {
   if (sub == "bench") {
     if (argc != 2) return usage();
     return benchCommand();
+  }
+  if (sub == "heal") {
+    if (argc != 2) return usage();
+    auto root = chaos::hostStateRoot();
+    if (!root.isOk()) {
+      std::fprintf(stderr, "chaosbed chaos heal: %s\n", root.status().toString().c_str());
+      return kExitInfrastructure;
+    }
+    const chaos::HealReport r = chaos::healDeadRuns(*root);
+    std::printf("chaos heal: %s: %d dead run(s) healed, %d fault record(s) replayed, %d cgroup group(s) removed\n",
+                root->c_str(), r.runs, r.records, r.cgroups);
+    for (const std::string& e : r.errors) std::fprintf(stderr, "chaosbed chaos heal: %s\n", e.c_str());
+    return r.errors.empty() ? kExitPass : kExitInfrastructure;
   }
   if (sub == "agent") {
     if (FLAGS_state.empty()) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "chaos/event_log.h"
+#include "chaos/host_state.h"
 #include "chaos/schedule/schedule.h"
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
@@ -82,6 +83,16 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   if (!spec.chaos.parsed.allow_full_outage)
     if (Status s = chaos::checkBlastRadius(*plan, nodes); !s.isOk()) return Status::invalidArgument("chaos: " + s.toString());
 
+  // Whatever a dead run left on this host (frozen or throttled nodes, its cgroups) is healed before this one
+  // starts; then this run claims its own place in the host's register.
+  CHAOSBED_ASSIGN_OR_RETURN(const std::string host_root, chaos::hostStateRoot());
+  const chaos::HealReport healed = chaos::healDeadRuns(host_root);
+  if (healed.runs > 0 && out)
+    std::fprintf(out, "chaosbed run: healed what %d dead run(s) left: %d fault record(s), %d cgroup group(s)\n",
+                 healed.runs, healed.records, healed.cgroups);
+  for (const std::string& e : healed.errors) std::fprintf(stderr, "chaosbed run: warning: healing: %s\n", e.c_str());
+  CHAOSBED_ASSIGN_OR_RETURN(chaos::RunClaim claim, chaos::RunClaim::create(host_root));
+
   ExperimentOutcome outcome;
   std::string run_id;
   if (!options.out_dir.empty()) {
@@ -155,6 +166,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.plan = &*plan;
   ctx.interrupted = options.interrupted;
   ctx.metrics = metrics.get();
+  ctx.claim = &claim;
   ctx.await_scrape = options.metrics_await_scrape || spec.metrics.await_scrape;
   const bool tty = options.tty;
   ctx.on_progress = [out, tty](const Progress& p) { printProgress(out, p, tty); };

@@ -215,7 +215,7 @@ Status Supervisor::prepare() {
 
   LauncherOptions lo;
   lo.log_dir = dir_ + "/logs";
-  lo.cgroup_group = ctx_.run_id + "-" + strategy_.label;
+  lo.cgroup_group = (ctx_.claim ? ctx_.claim->owner() : ctx_.run_id) + "-" + strategy_.label;
   lo.on_exit = [this](const ExitInfo& info) { onExit(info); };
   lo.stop_grace = 3000ms;
   CHAOSBED_ASSIGN_OR_RETURN(launcher_, Launcher::create(lo));
@@ -493,7 +493,7 @@ Result<StrategyResult> Supervisor::run() {
     }
     chaos::ControllerOptions co;
     co.events = ctx_.events;
-    co.state_dir = dir_ + "/chaos-state";
+    co.state_dir = ctx_.claim ? ctx_.claim->stateDir(strategy_.label) : dir_ + "/chaos-state";
     co.agent_binary = "/proc/self/exe";
     chaos_controller = std::make_unique<chaos::Controller>(*ctx_.plan, *this, map, co);
     CHAOSBED_RETURN_IF_ERROR(chaos_controller->checkAvailable());

@@ -25,6 +25,7 @@
 
 #include "chaos/event_log.h"
 #include "chaos/fault.h"
+#include "chaos/host_state.h"
 #include "core/metrics/accounting.h"
 #include "core/metrics/exporter.h"
 #include "experiments/spec/spec.h"
@@ -90,6 +91,9 @@ struct RunContext {
   const chaos::Plan* plan = nullptr;   // the drawn chaos schedule (shared by every strategy)
   const std::atomic<bool>* interrupted = nullptr;
   MetricsExporter* metrics = nullptr;  // optional
+  // The run's claim on the host's register (chaos/host_state.h): where fault state lives, and the prefix
+  // of its cgroup groups. Null: state in the results directory and groups named after run_id.
+  const chaos::RunClaim* claim = nullptr;
   // metrics.await_scrape: each strategy starts training only once a scrape has seen its series at zero, and
   // the run exits only once a scrape has taken its final values (awaitScrape).
   bool await_scrape = false;

@@ -1,0 +1,156 @@
+#include "chaos/host_state.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "chaos/state.h"
+#include "core/isolation/cgroup.h"
+
+namespace chaosbed::chaos {
+namespace fs = std::filesystem;
+namespace {
+
+// "<pid>.<start time>", both decimal.
+const std::regex kOwner(R"(^([0-9]{1,10})\.([0-9]{1,20})$)");
+
+bool isRealDirectory(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+Status prepareRoot(const std::string& root) {
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::ioError("host state directory " + root + ": cannot create: " + std::strerror(errno));
+  struct stat st {};
+  if (::lstat(root.c_str(), &st) != 0)
+    return Status::ioError("host state directory " + root + ": " + std::strerror(errno));
+  if (S_ISLNK(st.st_mode))
+    return Status::invalidArgument("host state directory " + root + " is a symbolic link: refusing to follow it");
+  if (!S_ISDIR(st.st_mode)) return Status::invalidArgument("host state directory " + root + " is not a directory");
+  if (st.st_uid != ::geteuid())
+    return Status::invalidArgument("host state directory " + root + " belongs to uid " + std::to_string(st.st_uid) +
+                                   ", not to this user (" + std::to_string(::geteuid()) + "): refusing to use it");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return Status::invalidArgument("host state directory " + root + " is writable by group or others: refusing to use it");
+  return Status::ok();
+}
+
+Result<std::string> hostStateRoot() {
+  std::string root;
+  if (::geteuid() == 0 && isRealDirectory("/run")) {
+    root = "/run/chaosbed";
+  } else if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg == '/' && isRealDirectory(xdg)) {
+    root = std::string(xdg) + "/chaosbed";
+  } else {
+    root = "/tmp/chaosbed-" + std::to_string(::geteuid());
+  }
+  CHAOSBED_RETURN_IF_ERROR(prepareRoot(root));
+  return root;
+}
+
+std::optional<std::string> ownerName(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "pid (comm) state ppid ..."; comm may hold spaces and parentheses: fields follow the last ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(fields >> field)) return std::nullopt;
+  return std::to_string(pid) + "." + field;  // field 22: start time in clock ticks after boot
+}
+
+bool ownerAlive(const std::string& owner) {
+  std::smatch m;
+  if (!std::regex_match(owner, m, kOwner)) return false;
+  const long long pid = std::stoll(m[1].str());
+  if (pid <= 0 || pid > 0x7fffffff) return false;
+  return ownerName(pid_t(pid)) == owner;
+}
+
+Result<RunClaim> RunClaim::create(const std::string& root) {
+  CHAOSBED_RETURN_IF_ERROR(prepareRoot(root));
+  const auto owner = ownerName(::getpid());
+  if (!owner) return Status::internal("cannot read /proc/self/stat");
+  const std::string dir = root + "/" + *owner;
+  // A claim of this very process may exist (a sweep runs experiments one after another): reuse it.
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::ioError(dir + ": cannot create: " + std::strerror(errno));
+  if (!isRealDirectory(dir)) return Status::invalidArgument(dir + " is not a directory of ours: refusing to use it");
+  return RunClaim(dir, *owner);
+}
+
+RunClaim::RunClaim(RunClaim&& other) noexcept : dir_(std::move(other.dir_)), owner_(std::move(other.owner_)) {
+  other.dir_.clear();
+}
+
+RunClaim::~RunClaim() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    auto state = readState(e.path().string());
+    // A fault whose revert failed stays listed (a leak): keep the claim, so that the agent or the next
+    // start heals it once this process is gone.
+    if (!state.isOk() || (*state && !(*state)->finished)) return;
+  }
+  fs::remove_all(dir_, ec);  // does not follow symbolic links
+}
+
+HealReport healDeadRuns(const std::string& root, EventLog* log) {
+  HealReport report;
+  if (Status s = prepareRoot(root); !s.isOk()) {
+    report.errors.push_back(s.toString());
+    return report;
+  }
+  auto groups = listGroups();
+  std::vector<std::string> cgroup_groups = groups.isOk() ? *groups : std::vector<std::string>{};
+  std::set<std::string> tried;
+  auto remove = [&](const std::string& g) {
+    if (!tried.insert(g).second) return;
+    if (Status s = removeGroup(g); s.isOk()) ++report.cgroups;
+    else report.errors.push_back("cgroup group " + g + ": " + s.toString());
+  };
+
+  std::error_code ec;
+  for (const auto& claim : fs::directory_iterator(root, ec)) {
+    const std::string owner = claim.path().filename().string();
+    if (!std::regex_match(owner, kOwner) || claim.is_symlink(ec) || !claim.is_directory(ec)) continue;
+    if (ownerAlive(owner)) continue;
+    // Heal first (thaw, restore quotas), then remove the groups: a frozen process only dies once thawed.
+    for (const auto& state_dir : fs::directory_iterator(claim.path(), ec)) {
+      if (state_dir.is_symlink(ec) || !state_dir.is_directory(ec)) continue;
+      auto healed = cleanupStale(state_dir.path().string(), log, "heal");
+      if (healed.isOk()) report.records += *healed;
+      else report.errors.push_back(state_dir.path().string() + ": " + healed.status().toString());
+    }
+    for (const std::string& g : cgroup_groups)
+      if (g.starts_with(owner + "-")) remove(g);
+    fs::remove_all(claim.path(), ec);
+    if (ec) report.errors.push_back(claim.path().string() + ": cannot remove: " + ec.message());
+    ++report.runs;
+  }
+  // Groups whose claim is gone (removed by hand, or lost with a tmpfs) but whose owner is dead too.
+  static const std::regex kOwnedGroup(R"(^([0-9]{1,10}\.[0-9]{1,20})-.+$)");
+  for (const std::string& g : cgroup_groups) {
+    std::smatch m;
+    if (!std::regex_match(g, m, kOwnedGroup) || ownerAlive(m[1].str())) continue;
+    if (isRealDirectory(root + "/" + m[1].str())) continue;  // its claim's removal failed: the next heal retries
+    remove(g);
+  }
+  return report;
+}
+
+}  // namespace chaosbed::chaos

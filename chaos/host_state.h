@@ -1,0 +1,70 @@
+#pragma once
+// The host's register of runs: one fixed directory per machine that holds every live run's fault state, so
+// that whoever starts next (a run, or `chaosbed chaos heal`) can heal what a dead one left behind, whoever
+// killed it and whatever happened to its results directory.
+//
+// Layout: <root>/<owner>/<strategy label>/{state.json,lease} (chaos/state.h), where <root> is hostStateRoot()
+// and <owner> is "<pid>.<start time>" of the controller that claimed it (RunClaim). The start time (clock
+// ticks since boot, /proc/<pid>/stat field 22) tells a live owner from a recycled pid. The run's cgroup groups
+// are named "<owner>-<label>" (core/isolation), so a dead owner's groups are found by name too.
+//
+// Security: chaosbed runs as root. The root directory is created 0700 and must be a real directory (never a
+// symlink) owned by this user with no group or other write bit, else every call is refused with a message
+// that says why. Entries are looked at with lstat and removed without following links.
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chaos/event_log.h"
+#include "transports/status.h"
+
+namespace chaosbed::chaos {
+
+// /run/chaosbed as root; else $XDG_RUNTIME_DIR/chaosbed, else /tmp/chaosbed-<uid>. Created (0700) when
+// missing; InvalidArgument when it exists but is not safe to use (and the reason).
+Result<std::string> hostStateRoot();
+// Checks (and creates) `root` as above; for tests that use a root of their own.
+Status prepareRoot(const std::string& root);
+
+// "<pid>.<start time>" of a process, or nullopt when it does not exist.
+std::optional<std::string> ownerName(pid_t pid);
+// Whether the owner a claim names still runs (same pid, same start time).
+bool ownerAlive(const std::string& owner);
+
+// This process's claim on the host: <root>/<owner>/, created 0700 by create(). Removed by the destructor when
+// every state file in it is finished; otherwise left for the agent or the next start to heal.
+class RunClaim {
+ public:
+  static Result<RunClaim> create(const std::string& root);
+  RunClaim(RunClaim&& other) noexcept;
+  RunClaim& operator=(RunClaim&&) = delete;
+  RunClaim(const RunClaim&) = delete;
+  ~RunClaim();
+
+  const std::string& dir() const { return dir_; }
+  const std::string& owner() const { return owner_; }  // the prefix of the run's cgroup groups
+  // The chaos state directory of one strategy (not created: the chaos controller creates it).
+  std::string stateDir(const std::string& label) const { return dir_ + "/" + label; }
+
+ private:
+  RunClaim(std::string dir, std::string owner) : dir_(std::move(dir)), owner_(std::move(owner)) {}
+  std::string dir_, owner_;
+};
+
+struct HealReport {
+  int runs = 0;         // dead owners whose claims were healed and removed
+  int records = 0;      // heal records replayed (thaw, CPU quota, SIGCONT, qdisc)
+  int cgroups = 0;      // cgroup groups of dead owners removed (their processes thawed and killed)
+  std::vector<std::string> errors;
+};
+
+// Heals every claim under root whose owner is dead: replays its unfinished fault state, removes its cgroup
+// groups (thawing and killing what is still in them), then the claim; and removes cgroup groups named after
+// a dead owner whose claim is gone. Claims of live owners are left alone. `log` (optional) records each
+// healed fault; otherwise each state's own events file does.
+HealReport healDeadRuns(const std::string& root, EventLog* log = nullptr);
+
+}  // namespace chaosbed::chaos
