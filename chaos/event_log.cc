@@ -11,7 +11,8 @@
 namespace chaosbed::chaos {
 
 Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted where the log goes is refused, never written through (we run as root).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::ioError(path + ": cannot open event log: " + std::strerror(errno));
   return std::unique_ptr<EventLog>(new EventLog(fd, path));
 }

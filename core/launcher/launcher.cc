@@ -264,7 +264,7 @@ Result<pid_t> Launcher::launch(const std::string& name, bool first) {
   for (const auto& [k, v] : env) job->envp.push_back(k + "=" + v);
 
   std::string log = logPath(name);
-  job->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  job->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (job->log_fd < 0) {
     int err = errno;
     return fail(Status::ioError("launcher: open log " + log + ": " + errnoText(err)));

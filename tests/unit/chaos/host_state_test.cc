@@ -1,0 +1,109 @@
+// The host's register of runs (chaos/host_state.h) and the files the chaos layer writes, as root: never
+// through a planted symlink, never in a register that someone else could have prepared.
+
+#include "chaos/host_state.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "chaos/event_log.h"
+#include "chaos/state.h"
+
+namespace chaosbed::chaos {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string freshDir(const std::string& name) {
+  std::string tmpl = (fs::temp_directory_path() / ("chaosbed_" + name + "_XXXXXX")).string();
+  return ::mkdtemp(tmpl.data());
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(HostState, ARegisterThatIsALinkOrWritableByOthersIsRefused) {
+  const std::string base = freshDir("register");
+  ASSERT_TRUE(prepareRoot(base + "/ok").isOk());
+  struct stat st {};
+  ASSERT_EQ(::lstat((base + "/ok").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  fs::create_directory_symlink(base + "/ok", base + "/link");
+  Status link = prepareRoot(base + "/link");
+  EXPECT_EQ(link.code(), StatusCode::kInvalidArgument) << link.toString();
+  EXPECT_NE(link.message().find("symbolic link"), std::string::npos) << link.toString();
+  fs::create_directory(base + "/open");
+  fs::permissions(base + "/open", fs::perms::all);
+  EXPECT_EQ(prepareRoot(base + "/open").code(), StatusCode::kInvalidArgument);
+  fs::remove_all(base);
+}
+
+TEST(HostState, OwnersAreAliveOnlyWithTheSamePidAndStartTime) {
+  const auto me = ownerName(::getpid());
+  ASSERT_TRUE(me.has_value());
+  EXPECT_TRUE(ownerAlive(*me));
+  const std::string pid = me->substr(0, me->find('.'));
+  EXPECT_FALSE(ownerAlive(pid + ".1")) << "a recycled pid with another start time is not the owner";
+  EXPECT_FALSE(ownerAlive("not-an-owner"));
+  EXPECT_FALSE(ownerAlive("0.0"));
+}
+
+TEST(HostState, AClaimIsRemovedWhenFinishedAndAliveClaimsAreNotHealed) {
+  const std::string root = freshDir("claims");
+  {
+    auto claim = RunClaim::create(root);
+    ASSERT_TRUE(claim.isOk()) << claim.status().toString();
+    ChaosState unfinished;
+    unfinished.controller_pid = ::getpid();
+    unfinished.entries.push_back({1, "f", "pause", "worker-0", {}});
+    fs::create_directory(claim->stateDir("m"));
+    ASSERT_TRUE(writeState(claim->stateDir("m"), unfinished).isOk());
+    // Our own claim: alive, so the healer leaves it alone.
+    const HealReport r = healDeadRuns(root);
+    EXPECT_EQ(r.runs, 0);
+    EXPECT_TRUE(fs::exists(claim->stateDir("m") + "/state.json"));
+    unfinished.finished = true;
+    ASSERT_TRUE(writeState(claim->stateDir("m"), unfinished).isOk());
+  }
+  EXPECT_TRUE(fs::is_empty(root)) << "a finished claim outlived its run";
+
+  // A dead owner's claim (a pid that exists with another start time is as dead as one that does not).
+  const std::string dead = root + "/" + std::to_string(::getpid()) + ".1";
+  fs::create_directories(dead + "/m");
+  ChaosState left;
+  left.entries.push_back({1, "f", "pause", "worker-0", {}});
+  ASSERT_TRUE(writeState(dead + "/m", left).isOk());
+  const HealReport r = healDeadRuns(root);
+  EXPECT_EQ(r.runs, 1);
+  EXPECT_TRUE(r.errors.empty()) << r.errors.front();
+  EXPECT_FALSE(fs::exists(dead));
+  fs::remove_all(root);
+}
+
+TEST(HostState, StateAndEventFilesAreNeverWrittenThroughAPlantedSymlink) {
+  const std::string dir = freshDir("planted");
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious\n";
+  fs::create_symlink(victim, dir + "/state.json");
+  ASSERT_TRUE(writeState(dir, ChaosState{}).isOk());
+  EXPECT_EQ(readFile(victim), "precious\n") << "the state was written through the link";
+  EXPECT_FALSE(fs::is_symlink(dir + "/state.json")) << "the link was replaced, not followed";
+
+  fs::create_symlink(victim, dir + "/events.jsonl");
+  auto log = EventLog::open(dir + "/events.jsonl");
+  EXPECT_FALSE(log.isOk()) << "an event log opened through a planted symlink";
+  EXPECT_EQ(readFile(victim), "precious\n");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace chaosbed::chaos
