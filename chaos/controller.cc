@@ -135,8 +135,33 @@ void Controller::leaseLoop() {
     if (lease_stop_) break;
     l.unlock();
     (void)renewLease(options_.state_dir, realClock().monotonicNs());
+    keepAgent();
     l.lock();
   }
+}
+
+void Controller::keepAgent() {
+  const pid_t pid = agent_pid_.load();
+  if (pid <= 0 || ::waitpid(pid, nullptr, WNOHANG) != pid) return;  // none, or still running
+  // The agent died (killed, or it healed after a lapsed lease and exited): start another guardian.
+  if (agent_fd_ >= 0) ::close(agent_fd_);
+  agent_fd_ = -1;
+  int fd = -1;
+  auto spawned = spawnAgent(options_.agent_binary, options_.state_dir, options_.lease_timeout_s, &fd);
+  std::lock_guard<std::mutex> l(mu_);
+  nlohmann::json ev{{"type", spawned.isOk() ? "chaos.agent_restarted" : "chaos.agent_lost"}, {"old_pid", pid},
+                    {"mono_ns", clock_->monotonicNs()}, {"wall_ns", clock_->wallNs()}};
+  if (spawned.isOk()) {
+    agent_pid_ = *spawned;
+    agent_fd_ = fd;
+    state_.agent_pid = *spawned;
+    ev["pid"] = *spawned;
+    (void)persistLocked();
+  } else {
+    agent_pid_ = 0;
+    ev["error"] = spawned.status().toString();
+  }
+  if (options_.events) (void)options_.events->append(ev);
 }
 
 void Controller::notify(const std::string& node, int64_t step, int64_t epoch) {

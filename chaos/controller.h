@@ -11,7 +11,9 @@
 //   trigger's node (any node, for a trigger without one) reached the step or epoch: at the time of that
 //   call plus the action's offset. Each trigger fires once.
 // - Faults with a duration are reverted when it ends; stop() (idempotent; also from the destructor)
-//   reverts every fault still applied, newest first, and ends the lease and the agent. A revert that fails
+//   reverts every fault still applied, newest first, and ends the lease and the agent. An agent that dies
+//   while the controller runs is replaced at the next lease renewal (event chaos.agent_restarted), so no
+//   fault is ever left without a guardian. A revert that fails
 //   at stop() counts as a leak (leakCount()) and stays in the state file, which the agent then heals.
 // - Crash safety: see state.h. Apply order is: heal records to the state file, then the actuator.
 // - The controller's thread raises its own priority (nice -10) when permitted, so that due actions win the
@@ -99,7 +101,7 @@ class Controller {
   int64_t appliedCount() const;
   int64_t failedCount() const;
   std::vector<int64_t> injectionDelaysNs() const;  // one per executed timed or triggered apply
-  pid_t agentPid() const { return agent_pid_; }
+  pid_t agentPid() const { return agent_pid_.load(); }
   const Plan& plan() const { return plan_; }
 
  private:
@@ -142,8 +144,10 @@ class Controller {
   std::thread lease_thread_;
   std::condition_variable lease_cv_;
   bool lease_stop_ = false;
-  pid_t agent_pid_ = 0;
+  // The agent. Set by start(); then replaced only by the lease thread (keepAgent) until stop() has joined it.
+  std::atomic<pid_t> agent_pid_{0};
   int agent_fd_ = -1;
+  void keepAgent();
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread (call it before starting any thread, so every thread

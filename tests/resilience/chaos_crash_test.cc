@@ -170,6 +170,33 @@ TEST_F(ChaosCrash, AgentHealsAfterControllerSigkill) {
   ::close(control);
 }
 
+// A cgroup-scoped kill may take the agent first: the controller starts another at its next lease renewal,
+// and that one heals when the controller dies too.
+TEST_F(ChaosCrash, AKilledAgentIsReplacedAndTheReplacementHeals) {
+  int agent = 0, control = -1;
+  const pid_t ctl = forkController(&agent, &control);
+  ASSERT_GT(agent, 0);
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  ASSERT_TRUE(waitGone(agent, 5.0));
+  pid_t replacement = 0;
+  for (const int64_t until = monoNs() + 5'000'000'000LL; monoNs() < until && replacement == 0;) {
+    Result<std::optional<ChaosState>> st = readState(dir_ + "/state");
+    if (st.isOk() && st->has_value() && (*st)->agent_pid > 0 && (*st)->agent_pid != agent) replacement = (*st)->agent_pid;
+    else ::poll(nullptr, 0, 20);
+  }
+  ASSERT_GT(replacement, 0) << "no new agent within 5 s of the first one's death";
+  EXPECT_EQ(::kill(replacement, 0), 0) << "the replacement agent is not running";
+  EXPECT_TRUE(*cluster_->cgroup("worker-0")->isFrozen()) << "the faults stay while the controller lives";
+  ASSERT_EQ(::kill(ctl, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(ctl, nullptr, 0), ctl);
+  ASSERT_TRUE(waitGone(replacement, 5.0)) << "the replacement agent did not heal within 5 s";
+  expectHealed();
+  std::ifstream events(dir_ + "/events.jsonl");
+  std::string all((std::istreambuf_iterator<char>(events)), {});
+  EXPECT_NE(all.find("\"type\":\"chaos.agent_restarted\""), std::string::npos) << all;
+  ::close(control);
+}
+
 TEST_F(ChaosCrash, AgentHealsWhenTheLeaseLapses) {
   int agent = 0, control = -1;
   const pid_t ctl = forkController(&agent, &control);
