@@ -8,8 +8,10 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -118,6 +120,51 @@ TEST_P(HostHeal, ChaosHealLeavesNothingOfARunWhoseAgentAndControllerWereKilled) 
   for (const Deadline d = deadlineIn(5s); !testing::processesMentioning(out).empty() && SteadyClock::now() < d;)
     std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes of the dead run are left";
+  fs::remove_all(dir);
+}
+
+// The same at random instants (before, during and after the faults are applied; the agent or the
+// controller first, or only the controller): nothing is ever left. CHAOSBED_HEAL_ROUNDS sets the count.
+TEST(HostHealSoak, RandomKillInstantsLeaveNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (cgroups for the pause and slow faults)";
+  const CgroupSupport cg = probeCgroups();
+  if (!cg.cpu || !cg.freezer) GTEST_SKIP() << "no cgroup cpu and freezer: " << cg.why_not;
+  auto root = chaos::hostStateRoot();
+  ASSERT_TRUE(root.isOk()) << root.status().toString();
+  const char* env = std::getenv("CHAOSBED_HEAL_ROUNDS");
+  const int rounds = env ? std::atoi(env) : 20;
+  std::mt19937 rng(20261201);  // fixed: a failing round can be replayed
+  const std::string dir = testing::makeTempDir("host-heal-soak");
+  std::ofstream(dir + "/spec.yaml") << kSpec;
+  int leaks = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string out = dir + "/out-" + std::to_string(round);
+    const int delay_ms = std::uniform_int_distribution<int>(0, 1500)(rng);
+    const int order = std::uniform_int_distribution<int>(0, 2)(rng);  // 0 agent first, 1 controller first, 2 controller only
+    testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
+    const auto owner = chaos::ownerName(run.pid());
+    ASSERT_TRUE(owner.has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // the kill instant itself is the variable
+    auto state = chaos::readState(*root + "/" + *owner + "/mirrored");
+    const pid_t agent = state.isOk() && *state ? (*state)->agent_pid : 0;
+    if (order == 0 && agent > 0) ::kill(agent, SIGKILL);
+    run.signal(SIGKILL);
+    if (order == 1 && agent > 0) ::kill(agent, SIGKILL);
+    ASSERT_TRUE(run.wait(deadlineIn(10s)).has_value());
+    testing::Command heal({testing::chaosbedBinary(), "chaos", "heal"});
+    auto rc = heal.wait(deadlineIn(30s));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 0) << heal.output();
+    for (const Deadline d = deadlineIn(5s); !testing::processesMentioning(out).empty() && SteadyClock::now() < d;)
+      std::this_thread::sleep_for(20ms);
+    const bool left = !groupsOf(*owner).empty() || fs::exists(*root + "/" + *owner) ||
+                      !testing::processesMentioning(out).empty();
+    if (left) {
+      ++leaks;
+      ADD_FAILURE() << "round " << round << " (kill at " << delay_ms << " ms, order " << order << ") left something";
+    }
+  }
+  std::printf("[heal-soak] %d rounds, %d leaks\n", rounds, leaks);
   fs::remove_all(dir);
 }
 
