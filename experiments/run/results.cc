@@ -156,6 +156,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"recoveries", recoveries},
                       {"recovery_seconds", recovery_seconds},
                       {"recovery_episodes", recoveryEpisodes()},
+                      {"longest_stall_seconds", longest_stall_seconds},
                       {"faults_applied", faults_applied},
                       {"chaos_leaks", chaos_leaks},
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},

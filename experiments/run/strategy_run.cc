@@ -516,6 +516,7 @@ Result<StrategyResult> Supervisor::run() {
   auto last_progress = SteadyClock::now();
   int64_t last_steps = 0;
   double last_progress_t = 0;
+  double last_advance_t = 0;  // when the workers' step count last grew
   std::optional<SteadyClock::time_point> stopped_at;
   for (;;) {
     handleExits();
@@ -542,6 +543,9 @@ Result<StrategyResult> Supervisor::run() {
       if (w.steps > last_steps) {
         std::lock_guard lock(mu_);
         execute(supervision_->onProgress(w.steps, t));
+        last_advance_t = t;
+      } else if (!stop_sent_) {
+        result_.longest_stall_seconds = std::max(result_.longest_stall_seconds, t - last_advance_t);
       }
       if (ctx_.on_progress) {
         Progress p;

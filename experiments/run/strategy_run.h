@@ -56,6 +56,9 @@ struct StrategyResult {
   int recoveries = 0;        // failures after which training progressed again
   std::vector<double> recovery_seconds;
   std::vector<std::string> recovery_causes;  // what each episode of recovery_seconds recovered from
+  // The longest stretch of training time in which the workers completed no step (checked every 500 ms, so
+  // to that resolution): a stall shows here whatever its cause.
+  double longest_stall_seconds = 0;
   int faults_applied = 0;
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;
