@@ -24,12 +24,17 @@ Status EventLog::append(nlohmann::json event) {
   if (!event.contains("wall_ns")) event["wall_ns"] = realClock().wallNs();
   const std::string line = event.dump() + "\n";
   std::lock_guard<std::mutex> l(mu_);
+  // A line is appended whole or not at all: a short write (a full disk) is cut back to where it began, so
+  // that every line a reader finds parses.
+  const off_t start = ::lseek(fd_, 0, SEEK_END);
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::ioError(path_ + ": append: " + std::strerror(errno));
+      const int err = errno;
+      if (done > 0 && start >= 0) (void)!::ftruncate(fd_, start);
+      return Status::ioError(path_ + ": append: " + std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }

@@ -430,6 +430,11 @@ uint64_t AsyncCheckpointWriter::saved() const {
   return saved_;
 }
 
+uint64_t AsyncCheckpointWriter::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
 uint64_t AsyncCheckpointWriter::superseded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return superseded_;
@@ -449,8 +454,9 @@ void AsyncCheckpointWriter::loop() {
     busy_ = false;
     if (s.isOk()) {
       ++saved_;
-    } else if (error_.isOk()) {
-      error_ = s;
+    } else {
+      ++failed_;
+      if (error_.isOk()) error_ = s;
     }
     cv_.notify_all();
   }

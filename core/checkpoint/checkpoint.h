@@ -93,6 +93,7 @@ class AsyncCheckpointWriter {
   // flush (then clears it), or Timeout at the deadline.
   Status flush(Deadline deadline);
   uint64_t saved() const;
+  uint64_t failed() const;  // saves that returned an error
   uint64_t superseded() const;
 
  private:
@@ -106,6 +107,7 @@ class AsyncCheckpointWriter {
   bool stop_ = false;                     // guarded by mu_
   Status error_;                          // guarded by mu_
   uint64_t saved_ = 0;                    // guarded by mu_
+  uint64_t failed_ = 0;                   // guarded by mu_
   uint64_t superseded_ = 0;               // guarded by mu_
   std::thread thread_;
 };

@@ -177,6 +177,8 @@ class PsServer {
   int64_t last_tick_ = -1;
   std::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<AsyncCheckpointWriter> writer_;
+  uint64_t counted_saved_ = 0, counted_failed_ = 0;  // of writer_'s saves, those already in the accounting
+  void countCheckpoints();
   SteadyClock::time_point next_checkpoint_;
   SteadyClock::time_point next_publish_;
 };
@@ -442,8 +444,15 @@ void PsServer::maybeCheckpoint(bool force) {
                  {"offset", std::to_string(range_.offset)}};
   writer_->submit(std::move(st));
   checkpoint_version_ = version_;
-  ctx_.accounting.checkpoint(true);
+  countCheckpoints();
   (void)ctx_.control.event("checkpoint", {{"shard", shard_}, {"version", version_}});
+}
+
+// Checkpoints count when the writer has saved them (or failed to), not when they are handed to it: a full
+// disk must show as failures.
+void PsServer::countCheckpoints() {
+  for (const uint64_t saved = writer_->saved(); counted_saved_ < saved; ++counted_saved_) ctx_.accounting.checkpoint(true);
+  for (const uint64_t failed = writer_->failed(); counted_failed_ < failed; ++counted_failed_) ctx_.accounting.checkpoint(false);
 }
 
 Status PsServer::run() {
@@ -468,7 +477,9 @@ Status PsServer::run() {
   request_->cancel();
   maybeCheckpoint(true);
   publishApplied();
-  return writer_->flush(deadlineIn(10s));
+  Status flushed = writer_->flush(deadlineIn(10s));
+  countCheckpoints();
+  return flushed;
 }
 
 // ---------------------------------------------------------------------------------------------- worker

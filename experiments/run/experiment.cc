@@ -110,6 +110,9 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   }
   const std::string& dir = outcome.dir;
   CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", spec::emitExperimentSpec(spec)));
+  // A summary exists from the start (no strategy yet, not complete) and is replaced atomically after each
+  // strategy, so that a run that dies or fills the disk still leaves a parseable one.
+  CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, {}, false));
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
   // The run's secret: every control connection proves it holds it (transports/bootstrap/secret.h). Nodes
   // read it from a 0600 file in the 0700 results directory; it is removed when the run ends.
@@ -187,8 +190,9 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   }
   outcome.interrupted = options.interrupted && options.interrupted->load();
   outcome.complete = !outcome.interrupted && failure.isOk();
-  CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, outcome.results, outcome.complete));
-  CHAOSBED_RETURN_IF_ERROR(writeTimeseries(dir, outcome.results));
+  // Every result file is attempted, whatever failed before it; the first failure is reported.
+  Status written = writeSummary(dir, spec, outcome.results, outcome.complete);
+  if (Status s = writeTimeseries(dir, outcome.results); !s.isOk() && written.isOk()) written = s;
   if (Status s = report::writeReport(dir); !s.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", s.toString().c_str());
   if (metrics && !spec.metrics.push_gateway.empty()) {
     if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name, deadlineIn(kPushDeadline)); !s.isOk())
@@ -210,6 +214,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     }
   }
   if (!failure.isOk()) return failure;
+  if (!written.isOk()) return written;
   return outcome;
 }
 

@@ -82,7 +82,14 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"transport", spec::name(spec.cluster.transport)},
                       {"complete", complete},
                       {"strategies", strategies}};
-  return writeTextAtomically(dir + "/summary.json", j.dump(2) + "\n");
+  const std::string text = j.dump(2) + "\n";
+  Status s = writeTextAtomically(dir + "/summary.json", text);
+  // What was measured is never lost: when the file cannot be written (a full disk), it goes to stderr, and
+  // the summary.json written before (at the start, after each strategy) stays whole.
+  if (!s.isOk())
+    std::fprintf(stderr, "chaosbed run: cannot write %s/summary.json (%s); the summary follows:\n%s", dir.c_str(),
+                 s.toString().c_str(), text.c_str());
+  return s;
 }
 
 Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results) {
