@@ -228,9 +228,11 @@ TEST_F(StoreFixture, MisbehavingClientsNeitherSlowLegitimateCallsNorGrowTheServe
   const long growth_kib = rssKiB() - rss_before;
   std::printf("[store] 200 hostile clients: legitimate set+get p95 %.2f ms, slowest %.2f ms; RSS growth %ld KiB\n",
               p95_ms, worst_ms, growth_kib);
-  // p95, not the maximum: one scheduler hiccup on a busy 2-core machine is not the server's doing; a server
-  // that queued legitimate calls behind hostile ones (it used to) fails every one of them.
-  EXPECT_LT(p95_ms, 10.0);
+  // A liveness bound, not a speed figure (bench/ measures speed): a server that queued legitimate calls behind
+  // hostile ones (it used to) makes each wait out a hostile frame's 10 s timeout or megabytes of unread
+  // answers, seconds per call. 100 ms at p95 is 100x a quiet machine's figure (about 1 ms) and still far
+  // below that; 10 ms, the old bound, was crossed (10.5 ms) with another test on the second core.
+  EXPECT_LT(p95_ms, 100.0);
   EXPECT_LT(growth_kib, 16 * 1024);
 }
 
