@@ -343,7 +343,7 @@ Result<MirroredOutcome> MirroredWorker::run() {
       Status b = barrier(staying, collectiveDeadline());
       if (!b.isOk() && !isPeerFailure(b)) return b;
       CHAOSBED_RETURN_IF_ERROR(recover(Status::aborted("preemption notice", out.noticed.front()), departed, stopped,
-                                       "members left on notice " + ranksToString(out.noticed)));
+                                       "members left on notice " + ranksToString(out.noticed), /*planned=*/true));
       continue;
     }
     if (lowest() && SteadyClock::now() >= next_checkpoint_) writeCheckpoint("interval");

@@ -195,10 +195,10 @@ void MirroredWorker::reportFailure(const Status& why, int64_t generation, const 
 }
 
 Status MirroredWorker::recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped,
-                               const std::string& reason) {
+                               const std::string& reason, bool planned) {
   LOG(WARNING) << "mirrored rank " << me_ << ": " << reason << " at step " << progress_.step << " in generation "
                << membership_.generation << ": " << why.toString();
-  reportFailure(why, membership_.generation, reason);
+  if (!planned) reportFailure(why, membership_.generation, reason);
   if (!recovery_started_) recovery_started_ = failed_at;
   cancelPending();
   int64_t after = membership_.generation;

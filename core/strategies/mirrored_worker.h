@@ -121,7 +121,9 @@ class MirroredWorker {
   Status syncState(bool rolled_back, int64_t pre_rollback_step, const Membership& m);
   // Tells the controller that generation `generation` failed here (event "failure_detected").
   void reportFailure(const Status& why, int64_t generation, const std::string& reason);
-  Status recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped, const std::string& reason);
+  // planned: members left on notice; their exits, not a failure report, make the next generation.
+  Status recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped, const std::string& reason,
+                 bool planned = false);
   Status switchGeneration(int64_t generation, bool& stopped);
   // Steps.
   void nextSlice(int position, int members);

@@ -58,7 +58,8 @@ int runExperiment(int argc, char** argv) {
     }
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
-  if (!spec) {
+  if (spec) spec::checkDataFiles(argv[1], *spec, &diagnostics);
+  if (!spec || !diagnostics.empty()) {
     for (const auto& d : diagnostics.all()) std::fprintf(stderr, "%s\n", d.toString().c_str());
     return kExitInvalidSpec;
   }

@@ -38,8 +38,13 @@ int validate(int argc, char** argv) {
   int exit_code = kExitPass;
   for (int i = 1; i < argc; ++i) {
     config::Diagnostics diagnostics;
-    const bool ok = isSuite(argv[i]) ? suite::readSuite(argv[i], &diagnostics).has_value()
-                                     : spec::readExperimentSpec(argv[i], {}, &diagnostics).has_value();
+    bool ok = false;
+    if (isSuite(argv[i])) {
+      ok = suite::readSuite(argv[i], &diagnostics).has_value();
+    } else if (auto spec = spec::readExperimentSpec(argv[i], {}, &diagnostics)) {
+      spec::checkDataFiles(argv[i], *spec, &diagnostics);  // as `run` would find them
+      ok = diagnostics.empty();
+    }
     if (ok) {
       std::printf("ok: %s\n", argv[i]);
       continue;

@@ -458,6 +458,37 @@ Result<ExperimentSpec> loadExperimentSpec(const std::string& path, const std::ve
   return std::move(*spec);
 }
 
+void checkDataFiles(const std::string& file, const ExperimentSpec& spec, Diagnostics* diagnostics) {
+  if (spec.data.dataset == Dataset::kSynthetic) return;
+  std::vector<std::string> missing;
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"}) {
+    std::error_code ec;
+    const std::string base = spec.data.path + "/" + name;
+    if (!std::filesystem::is_regular_file(base, ec) && !std::filesystem::is_regular_file(base + ".gz", ec))
+      missing.push_back(name);
+  }
+  if (missing.empty()) return;
+  std::string list;
+  for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
+  const std::string dataset = name(spec.data.dataset);
+  std::string message = "no " + dataset + " data in " + spec.data.path + " (missing " + list + "[.gz])";
+  if (spec.data.dataset == Dataset::kFashionMnist) message += ": install the Debian package dataset-fashion-mnist, or set data.path";
+  else message += ": set data.path to a directory with the IDX files";
+  // Locate data.path (or, when it is the default, data.dataset, or data) in the file.
+  Diagnostics ignored;
+  std::optional<YAML::Node> doc = config::loadYamlFile(file, &ignored);
+  if (!doc) {
+    diagnostics->add(file, 0, 0, "data.path", message);
+    return;
+  }
+  ConfigNode root(*doc, file, diagnostics);
+  ConfigNode data = root.child("data");
+  if (data.has("path")) data.child("path").error(message);
+  else if (data.has("dataset")) data.child("dataset").error(message);
+  else root.errorAt("data", message);
+}
+
 std::string emitExperimentSpec(const ExperimentSpec& spec) {
   YAML::Emitter e;
   e << YAML::BeginMap;

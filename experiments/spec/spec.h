@@ -198,6 +198,11 @@ std::optional<ExperimentSpec> readExperimentSpec(const std::string& path, const 
 Result<ExperimentSpec> loadExperimentSpec(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The resolved spec (every default filled in) as YAML text; parseExperimentSpec of it gives an equal spec.
+// What the spec needs from this machine, checked by `validate` and `run` before anything starts: the data
+// set's IDX files (raw or .gz) under data.path. Errors point at data.path (or data.dataset when the path is
+// the default) in `file`.
+void checkDataFiles(const std::string& file, const ExperimentSpec& spec, config::Diagnostics* diagnostics);
+
 std::string emitExperimentSpec(const ExperimentSpec& spec);
 
 // The runs of a sweep: the cross product of the grid (the first axis varies slowest) times the seeds.

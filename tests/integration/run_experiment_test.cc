@@ -117,5 +117,23 @@ TEST(RunExperiment, InvalidSpecExitsThreeWithLocation) {
   EXPECT_NE(run.output().find(spec + ":4:"), std::string::npos) << run.output();
 }
 
+TEST(RunExperiment, MissingDataFilesAreASpecErrorAtDataPath) {
+  const std::string dir = testing::makeTempDir("nodata");
+  const std::string spec = dir + "/nodata.yaml";
+  std::ofstream(spec) << "apiVersion: chaosbed/v1alpha1\nkind: Experiment\nmetadata: {name: nodata}\n"
+                         "cluster: {workers: 2, servers: 1}\n"
+                         "data: {dataset: fashion-mnist, path: " << dir << "/nowhere}\n"
+                         "strategies: [{name: mirrored}]\n";
+  for (const char* command : {"validate", "run"}) {
+    SCOPED_TRACE(command);
+    testing::Command c({testing::chaosbedBinary(), command, spec});
+    auto code = c.wait(deadlineIn(30s));
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, 3) << c.output();
+    EXPECT_NE(c.output().find(spec + ":5:38: data.path: no fashion-mnist data in " + dir + "/nowhere"), std::string::npos)
+        << c.output();
+  }
+}
+
 }  // namespace
 }  // namespace chaosbed
