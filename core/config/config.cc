@@ -63,7 +63,13 @@ std::string Diagnostic::toString() const {
 }
 
 void Diagnostics::add(Diagnostic diagnostic) {
-  if (seen_.insert(diagnostic.toString()).second) all_.push_back(std::move(diagnostic));
+  if (all_.size() >= kMaxKept) {
+    ++total_;  // beyond the cap duplicates are not sorted out: the count is an upper bound
+    return;
+  }
+  if (!seen_.insert(diagnostic.toString()).second) return;
+  ++total_;
+  all_.push_back(std::move(diagnostic));
 }
 
 void Diagnostics::add(std::string file, int line, int column, std::string field, std::string message) {
@@ -73,6 +79,7 @@ void Diagnostics::add(std::string file, int line, int column, std::string field,
 std::string Diagnostics::toString() const {
   std::string out;
   for (const Diagnostic& d : all_) out += d.toString() + "\n";
+  if (total_ > all_.size()) out += "... and " + std::to_string(total_ - all_.size()) + " more problem(s) not shown\n";
   return out;
 }
 

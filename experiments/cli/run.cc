@@ -60,7 +60,7 @@ int runExperiment(int argc, char** argv) {
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
   if (spec) spec::checkDataFiles(argv[1], *spec, &diagnostics);
   if (!spec || !diagnostics.empty()) {
-    for (const auto& d : diagnostics.all()) std::fprintf(stderr, "%s\n", d.toString().c_str());
+    std::fputs(diagnostics.toString().c_str(), stderr);
     return kExitInvalidSpec;
   }
   std::atomic<bool> interrupted{false};

@@ -32,7 +32,7 @@ int runSuite(int argc, char** argv) {
   config::Diagnostics diagnostics;
   auto suite = suite::readSuite(argv[1], &diagnostics);
   if (!suite) {
-    for (const auto& d : diagnostics.all()) std::fprintf(stderr, "%s\n", d.toString().c_str());
+    std::fputs(diagnostics.toString().c_str(), stderr);
     return kExitInvalidSpec;
   }
   std::atomic<bool> interrupted{false};

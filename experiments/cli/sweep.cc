@@ -28,7 +28,7 @@ int runSweep(int argc, char** argv) {
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
   if (!spec) {
-    for (const auto& d : diagnostics.all()) std::fprintf(stderr, "%s\n", d.toString().c_str());
+    std::fputs(diagnostics.toString().c_str(), stderr);
     return kExitInvalidSpec;
   }
   std::atomic<bool> interrupted{false};

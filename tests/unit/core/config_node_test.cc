@@ -40,6 +40,16 @@ TEST(ConfigDiagnostics, KeepsOneCopyAndBuildsStatus) {
   EXPECT_EQ(s.message(), "f:1:2: x: bad\nf:2:1: y: worse");
 }
 
+TEST(ConfigDiagnostics, KeepsTheFirstThousandAndCountsTheRest) {
+  Diagnostics d;
+  for (int i = 0; i < 1500; ++i) d.add("f", i + 1, 1, "x", "bad");
+  EXPECT_EQ(d.all().size(), Diagnostics::kMaxKept);
+  EXPECT_EQ(d.size(), 1500u) << "callers compare sizes to tell whether a parse found errors";
+  EXPECT_FALSE(d.empty());
+  const std::string text = d.toString();
+  EXPECT_EQ(text.substr(text.rfind("...")), "... and 500 more problem(s) not shown\n");
+}
+
 TEST(ConfigNode, TypedGettersReturnValuesAndDefaults) {
   Diagnostics d;
   ConfigNode root = parse(

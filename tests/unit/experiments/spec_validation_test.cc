@@ -204,12 +204,12 @@ TEST(SpecValidation, RejectsWhatTheChaosPlanOrTheRunWould) {
             (std::vector<std::string>{"t.yaml:9:27: training.learning_rate: must be a finite number > 0, got .inf"}));
 }
 
-TEST(SpecValidation, ASpecOverFourMiBIsRefusedBeforeParsing) {
+TEST(SpecValidation, ASpecOverOneMiBIsRefusedBeforeParsing) {
   config::Diagnostics d;
   const std::string text = std::string(kHead) + "# " + std::string(config::kMaxSpecBytes, 'x') + "\n";
   EXPECT_FALSE(config::loadYamlString(text, "big.yaml", &d).has_value());
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_NE(d.all()[0].toString().find("at most 4 MiB"), std::string::npos) << d.toString();
+  EXPECT_NE(d.all()[0].toString().find("at most 1 MiB"), std::string::npos) << d.toString();
 }
 
 TEST(SpecValidation, AcceptsTheMinimalSpecWithDefaults) {
