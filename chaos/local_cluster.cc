@@ -75,6 +75,7 @@ Status LocalCluster::launch(const NodeInfo& node) {
 }
 
 Result<pid_t> LocalCluster::processGroup(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = pids_.find(node);
   if (it == pids_.end() || it->second <= 0) return Status::notFound(node + " is not running");
   return it->second;
@@ -88,6 +89,7 @@ NodeCgroup* LocalCluster::cgroup(const std::string& node) {
 Status LocalCluster::replace(const std::string& node) {
   const NodeInfo* n = find(node);
   if (!n) return Status::notFound("no node " + node);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = pids_.find(node);
   if (it != pids_.end() && it->second > 0) {
     // Replacing a live node: the old incarnation goes first.
@@ -100,10 +102,15 @@ Status LocalCluster::replace(const std::string& node) {
 }
 
 Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
-  auto it = pids_.find(node);
-  if (it == pids_.end() || it->second <= 0) return Status::notFound(node + " is not running");
+  pid_t pid = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pids_.find(node);
+    if (it == pids_.end() || it->second <= 0) return Status::notFound(node + " is not running");
+    pid = it->second;
+  }
   // A pidfd becomes readable when the process exits: wait on it instead of polling waitpid.
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, it->second, 0));
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) return Status::ioError(node + ": pidfd_open: " + std::strerror(errno));
   pollfd p{pidfd, POLLIN, 0};
   int n;
@@ -113,17 +120,20 @@ Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
   ::close(pidfd);
   if (n == 0) return Status::timeout(node + " did not exit within " + std::to_string(timeout_s) + " s");
   int status = 0;
-  if (::waitpid(it->second, &status, 0) != it->second) return Status::ioError(node + ": waitpid: " + std::strerror(errno));
-  it->second = 0;
+  if (::waitpid(pid, &status, 0) != pid) return Status::ioError(node + ": waitpid: " + std::strerror(errno));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = pids_.find(node); it != pids_.end() && it->second == pid) it->second = 0;
   return status;
 }
 
 pid_t LocalCluster::pid(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = pids_.find(node);
   return it == pids_.end() ? 0 : it->second;
 }
 
 int LocalCluster::incarnation(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = incarnations_.find(node);
   return it == incarnations_.end() ? 0 : it->second - 1;
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,10 @@ class LocalCluster final : public Cluster {
   std::vector<NodeInfo> nodes_;
   Body body_;
   Options options_;
-  std::map<std::string, pid_t> pids_;
-  std::map<std::string, int> incarnations_;
+  // The chaos controller's thread replaces nodes and reads their groups while a test waits for exits.
+  mutable std::mutex mu_;
+  std::map<std::string, pid_t> pids_;       // GUARDED_BY(mu_)
+  std::map<std::string, int> incarnations_;  // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<NodeCgroup>> cgroups_;
 };
 

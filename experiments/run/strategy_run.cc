@@ -70,6 +70,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
       : ctx_(ctx), spec_(*ctx.spec), strategy_(strategy),
         prefix_(ctx.run_id + "/" + strategy.label), dir_(ctx.out_dir + "/" + strategy.label),
         mirrored_(strategy.kind == spec::StrategyKind::kMirrored) {}
+  // The launcher goes first: its destructor stops the nodes, and its thread reports their exits through
+  // onExit into members (exits_) that would otherwise be destroyed before it (ThreadSanitizer found it).
+  ~Supervisor() override { launcher_.reset(); }
 
   Result<StrategyResult> run();
 

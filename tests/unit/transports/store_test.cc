@@ -233,7 +233,11 @@ TEST_F(StoreFixture, MisbehavingClientsNeitherSlowLegitimateCallsNorGrowTheServe
   // answers, seconds per call. 100 ms at p95 is 100x a quiet machine's figure (about 1 ms) and still far
   // below that; 10 ms, the old bound, was crossed (10.5 ms) with another test on the second core.
   EXPECT_LT(p95_ms, 100.0);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  std::printf("[store] RSS growth not checked: a sanitizer's shadow memory grows with every allocation\n");
+#else
   EXPECT_LT(growth_kib, 16 * 1024);
+#endif
 }
 
 TEST(Store, BadAddressesAreNamed) {
