@@ -17,7 +17,7 @@ for round in $(seq 1 "$n"); do
   if ctest --preset default --output-on-failure "$@" >"$log/round-$round.log" 2>&1; then
     echo "round $round: all passed"
   else
-    failed=$(sed -n 's/^ *[0-9]* - \(.*\) (\(Failed\|Timeout\|SEGFAULT\|Subprocess aborted\|Exception\).*/\1/p' "$log/round-$round.log")
+    failed=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (\(Failed\|Timeout\|SEGFAULT\|Subprocess aborted\|Exception\).*/\1/p' "$log/round-$round.log")
     echo "round $round: failed: ${failed//$'\n'/, }"
     while IFS= read -r t; do
       [ -n "$t" ] && failures[$t]=$(( ${failures[$t]:-0} + 1 ))

@@ -609,6 +609,7 @@ bool awaitScrape(MetricsExporter& metrics, const std::string& what) {
   auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(kAwaitScrapeLimit));
   if (auto interval = metrics.scrapeInterval())
     limit = std::min(limit, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(2 * *interval + 1)));
+  LOG(INFO) << "metrics: waiting for a scrape of " << metrics.address() << " " << what;
   if (metrics.awaitScrape(deadlineIn(limit))) return true;
   LOG(WARNING) << "metrics: no scrape of " << metrics.address() << " within "
                << std::chrono::duration<double>(limit).count() << " s " << what << " (metrics.await_scrape)";

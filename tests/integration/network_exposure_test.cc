@@ -85,15 +85,17 @@ TEST(NetworkExposure, EverySocketOfARunningExperimentIsLoopbackAndScrapesIgnoreI
   std::string why;
   ASSERT_TRUE(runnable(&why)) << why;  // the binary is built with the tests: missing is a failure, not a skip
   TempDir dir("exposure");
-  Child run(runArgs(dir.path() / "results", {"--metrics_addr", "127.0.0.1:0"}));
+  // --metrics_await_scrape: each strategy waits, with every node ready and listening, until the endpoint is
+  // scraped. The test looks at the sockets in that window, then scrapes to let the strategy start: no race with
+  // a strategy that reaches its target (and stops its nodes) before any progress line.
+  Child run(runArgs(dir.path() / "results", {"--metrics_addr", "127.0.0.1:0", "--metrics_await_scrape"}));
   ASSERT_TRUE(run.started());
   auto metrics_line = run.waitForLine("metrics: http://", deadlineIn(60s));
   ASSERT_TRUE(metrics_line) << run.output();
   const std::string addr = metricsAddress(*metrics_line);
 
-  // The first progress line of a strategy comes after every node announced itself ready, which each does
-  // only once its UCX transport (control mesh and UCX listeners) is up.
-  ASSERT_TRUE(run.waitForLine("[mirrored] t=", deadlineIn(60s))) << run.output();
+  ASSERT_TRUE(run.waitForLine("waiting for a scrape of " + addr + " before mirrored starts", deadlineIn(60s)))
+      << run.output();
   const Snapshot mirrored = lookAtSockets(run.pid());
   std::printf("[exposure] mirrored: %d chaosbed processes, %d sockets, controller listeners %d, nodes listening %d%s\n",
               mirrored.chaosbed_processes, mirrored.sockets, mirrored.controller_listeners,
@@ -102,7 +104,8 @@ TEST(NetworkExposure, EverySocketOfARunningExperimentIsLoopbackAndScrapesIgnoreI
   EXPECT_GE(mirrored.controller_listeners, 2) << "the store and the metrics endpoint:" << mirrored.all;
   EXPECT_GE(mirrored.nodes_with_listeners, 3) << "2 workers and the evaluator:" << mirrored.all;
 
-  // 20 idle connections to the live endpoint (half of them stopped mid-request), then a scrape.
+  // 20 idle connections to the live endpoint (half of them stopped mid-request), then a scrape (which also
+  // lets mirrored start).
   auto hp = net::parseHostPort(addr);
   ASSERT_TRUE(hp.isOk()) << hp.status().toString();
   std::vector<net::FileDescriptor> idle;
@@ -124,24 +127,19 @@ TEST(NetworkExposure, EverySocketOfARunningExperimentIsLoopbackAndScrapesIgnoreI
   EXPECT_LT(scrape_ms, 1000);
   idle.clear();
 
-  // The parameter-server strategy has a ps node too: look again at its first progress line, if it prints
-  // one before it is done (it may reach the target within its first progress interval).
-  std::optional<Snapshot> ps;
-  while (auto line = run.readLine(deadlineIn(120s))) {
-    if (line->find("[parameter_server] t=") != std::string::npos) {
-      ps = lookAtSockets(run.pid());
-      break;
-    }
-    if (line->find("[parameter_server] done") != std::string::npos) break;
-  }
-  if (ps) {
-    std::printf("[exposure] parameter_server: %d chaosbed processes, %d sockets, nodes listening %d\n",
-                ps->chaosbed_processes, ps->sockets, ps->nodes_with_listeners);
-    EXPECT_EQ(ps->beyond_loopback, std::vector<std::string>{}) << ps->all;
-    EXPECT_GE(ps->nodes_with_listeners, 4) << "2 workers, the ps and the evaluator:" << ps->all;
-  } else {
-    std::printf("[exposure] parameter_server finished before its first progress line: looked once\n");
-  }
+  // The parameter-server strategy has a ps node too.
+  ASSERT_TRUE(run.waitForLine("waiting for a scrape of " + addr + " before parameter_server starts", deadlineIn(120s)))
+      << run.output();
+  const Snapshot ps = lookAtSockets(run.pid());
+  std::printf("[exposure] parameter_server: %d chaosbed processes, %d sockets, nodes listening %d\n",
+              ps.chaosbed_processes, ps.sockets, ps.nodes_with_listeners);
+  EXPECT_EQ(ps.beyond_loopback, std::vector<std::string>{}) << ps.all;
+  EXPECT_GE(ps.nodes_with_listeners, 4) << "2 workers, the ps and the evaluator:" << ps.all;
+  ASSERT_TRUE(httpGet(addr, "/metrics", deadlineIn(10s)).isOk());
+  // The run exits once a scrape has taken its final values.
+  ASSERT_TRUE(run.waitForLine("waiting for a scrape of " + addr + " of the final values", deadlineIn(120s)))
+      << run.output();
+  ASSERT_TRUE(httpGet(addr, "/metrics", deadlineIn(10s)).isOk());
   auto rc = run.waitExit(deadlineIn(120s));
   ASSERT_TRUE(rc.has_value()) << run.output();
   EXPECT_EQ(*rc, 0) << run.output();
