@@ -50,12 +50,6 @@ std::string specYaml(const Case& c) {
   return y.str();
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class CollectiveFailure : public ::testing::TestWithParam<Case> {};
 
@@ -72,7 +66,7 @@ TEST_P(CollectiveFailure, EndsInANewGenerationARecoveryAndTheTarget) {
   ASSERT_EQ(*code, 0) << run.output();
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the run";
 
-  const json summary = json::parse(readFile(out + "/summary.json"), nullptr, false);
+  const json summary = json::parse(testing::readFile(out + "/summary.json"), nullptr, false);
   ASSERT_TRUE(summary.is_object());
   const json& s = summary["strategies"]["mirrored"];
   SCOPED_TRACE(s.dump(2));
@@ -81,7 +75,7 @@ TEST_P(CollectiveFailure, EndsInANewGenerationARecoveryAndTheTarget) {
   EXPECT_GE(s["faults_applied"].get<int>(), 1);  // a link fault is applied at both ends
 
   std::vector<json> events;
-  std::istringstream lines(readFile(out + "/events.jsonl"));
+  std::istringstream lines(testing::readFile(out + "/events.jsonl"));
   for (std::string line; std::getline(lines, line);)
     if (json e = json::parse(line, nullptr, false); e.is_object()) events.push_back(std::move(e));
   double applied_t = -1;

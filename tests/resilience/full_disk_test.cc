@@ -21,12 +21,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A tmpfs of `size` mounted on a fresh directory, unmounted (and the directory removed) at scope exit.
 class SmallFilesystem {
@@ -60,10 +54,10 @@ TEST_P(FullDisk, TheRunKeepsAParseableSummaryAndWholeEventLines) {
   ASSERT_TRUE(rc.has_value()) << run.output();
   EXPECT_TRUE(*rc == 0 || *rc == 4) << "a full disk is an infrastructure error (4), never a crash:\n" << run.output();
 
-  const json summary = json::parse(readFile(out + "/summary.json"), nullptr, false);
+  const json summary = json::parse(testing::readFile(out + "/summary.json"), nullptr, false);
   ASSERT_TRUE(summary.is_object()) << "summary.json is missing or torn:\n" << run.output();
   EXPECT_TRUE(summary.contains("strategies"));
-  std::istringstream lines(readFile(out + "/events.jsonl"));
+  std::istringstream lines(testing::readFile(out + "/events.jsonl"));
   int n = 0;
   for (std::string line; std::getline(lines, line); ++n)
     EXPECT_TRUE(json::parse(line, nullptr, false).is_object()) << "events.jsonl line " << n + 1 << " is torn: " << line;

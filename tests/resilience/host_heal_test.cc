@@ -12,7 +12,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -45,12 +44,6 @@ const char* const kSpec =
     "       params: {cpu_fraction: 0.2}}\n"
     "metrics: {listen: 127.0.0.1:0}\n";
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> groupsOf(const std::string& owner) {
   std::vector<std::string> out;
@@ -82,7 +75,7 @@ TEST_P(HostHeal, ChaosHealLeavesNothingOfARunWhoseAgentAndControllerWereKilled) 
   std::optional<chaos::ChaosState> state;
   for (const Deadline deadline = deadlineIn(60s); SteadyClock::now() < deadline; std::this_thread::sleep_for(50ms)) {
     auto read = chaos::readState(state_dir);
-    const std::string events = readFile(out + "/events.jsonl");
+    const std::string events = testing::readFile(out + "/events.jsonl");
     if (read.isOk() && *read && (*read)->entries.size() == 2 && (*read)->agent_pid > 0) {
       size_t applied = 0;
       for (size_t at = events.find("chaos.applied"); at != std::string::npos; at = events.find("chaos.applied", at + 1))

@@ -108,6 +108,11 @@ std::string chaosbedBinary() {
 #endif
 }
 
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 std::string makeTempDir(const std::string& name) {
   std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) + "/chaosbed-" +
                      name + "-XXXXXX";

@@ -43,6 +43,8 @@ class Command {
 std::string chaosbedBinary();
 // A fresh empty directory under the system temp dir.
 std::string makeTempDir(const std::string& name);
+// A whole file's contents ("" when it cannot be read).
+std::string readFile(const std::string& path);
 // Pids of running processes whose command line contains `needle` (orphan checks).
 std::vector<pid_t> processesMentioning(const std::string& needle);
 

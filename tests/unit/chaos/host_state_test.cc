@@ -9,30 +9,19 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "chaos/event_log.h"
 #include "chaos/state.h"
+#include "tests/testing/command.h"
 
 namespace chaosbed::chaos {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string freshDir(const std::string& name) {
-  std::string tmpl = (fs::temp_directory_path() / ("chaosbed_" + name + "_XXXXXX")).string();
-  return ::mkdtemp(tmpl.data());
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(HostState, ARegisterThatIsALinkOrWritableByOthersIsRefused) {
-  const std::string base = freshDir("register");
+  const std::string base = testing::makeTempDir("register");
   ASSERT_TRUE(prepareRoot(base + "/ok").isOk());
   struct stat st {};
   ASSERT_EQ(::lstat((base + "/ok").c_str(), &st), 0);
@@ -58,7 +47,7 @@ TEST(HostState, OwnersAreAliveOnlyWithTheSamePidAndStartTime) {
 }
 
 TEST(HostState, AClaimIsRemovedWhenFinishedAndAliveClaimsAreNotHealed) {
-  const std::string root = freshDir("claims");
+  const std::string root = testing::makeTempDir("claims");
   {
     auto claim = RunClaim::create(root);
     ASSERT_TRUE(claim.isOk()) << claim.status().toString();
@@ -90,18 +79,18 @@ TEST(HostState, AClaimIsRemovedWhenFinishedAndAliveClaimsAreNotHealed) {
 }
 
 TEST(HostState, StateAndEventFilesAreNeverWrittenThroughAPlantedSymlink) {
-  const std::string dir = freshDir("planted");
+  const std::string dir = testing::makeTempDir("planted");
   const std::string victim = dir + "/victim";
   std::ofstream(victim) << "precious\n";
   fs::create_symlink(victim, dir + "/state.json");
   ASSERT_TRUE(writeState(dir, ChaosState{}).isOk());
-  EXPECT_EQ(readFile(victim), "precious\n") << "the state was written through the link";
+  EXPECT_EQ(testing::readFile(victim), "precious\n") << "the state was written through the link";
   EXPECT_FALSE(fs::is_symlink(dir + "/state.json")) << "the link was replaced, not followed";
 
   fs::create_symlink(victim, dir + "/events.jsonl");
   auto log = EventLog::open(dir + "/events.jsonl");
   EXPECT_FALSE(log.isOk()) << "an event log opened through a planted symlink";
-  EXPECT_EQ(readFile(victim), "precious\n");
+  EXPECT_EQ(testing::readFile(victim), "precious\n");
   fs::remove_all(dir);
 }
 
