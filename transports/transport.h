@@ -49,10 +49,16 @@ class Request {
   // For a completed receive: the sender and the number of bytes received.
   virtual int source() const = 0;
   virtual size_t receivedBytes() const = 0;
-  // Completes a pending operation with Cancelled; a no-op once complete. When it returns the transport no
-  // longer touches the buffer. A send that cannot be recalled halfway abandons the peer's endpoint: the peer
-  // then reads as failed until reconnect().
+  // Completes a pending operation with Cancelled; a no-op once complete. A receive's buffer is no longer
+  // written when it returns. A send that cannot be recalled halfway abandons the peer's endpoint (the peer
+  // then reads as failed until reconnect()); if the peer lives it may still take the message. So the
+  // transport may read the buffer of a send that was cancelled or failed mid-way until the transport is
+  // destroyed: send large messages from buffers that live as long as the transport (members, not locals).
   virtual void cancel() = 0;
+  // True while the transport may still touch the buffer: until completion, and after a cancel or failure
+  // that could not stop a transfer mid-way (see cancel()). Reuse a cancelled request's buffer only once
+  // this is false.
+  virtual bool bufferInUse() const { return !isComplete(); }
 };
 using RequestPtr = std::unique_ptr<Request>;
 

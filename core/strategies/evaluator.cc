@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/eval/snapshot_evaluator.h"
+#include "core/strategies/snapshot_receiver.h"
 #include "core/strategies/tags.h"
 
 namespace chaosbed {
@@ -32,27 +33,20 @@ struct TickAssembly {
 class Evaluator {
  public:
   Evaluator(NodeContext& ctx, std::unique_ptr<eval::SnapshotEvaluator> evaluator, size_t params)
-      : ctx_(ctx), evaluator_(std::move(evaluator)), params_(params),
-        whole_(snapshotMessageBytes(params)), shard_(sizeof(ShardSnapshotHeader) + params * sizeof(float)) {}
+      : ctx_(ctx), evaluator_(std::move(evaluator)), params_(params) {}
 
   Status run() {
-    postWhole();
-    postShard();
-    while (!ctx_.control.stopRequested()) {
-      ctx_.transport.progress(deadlineIn(100ms));
-      if (whole_req_->isComplete()) {
-        if (whole_req_->status().isOk()) onWhole();
-        postWhole();
+    {
+      SnapshotReceiver whole(ctx_.transport, kSnapshotTag, snapshotMessageBytes(params_));
+      SnapshotReceiver shard(ctx_.transport, kShardSnapshotTag, sizeof(ShardSnapshotHeader) + params_ * sizeof(float));
+      while (!ctx_.control.stopRequested()) {
+        ctx_.transport.progress(deadlineIn(100ms));
+        whole.poll([this](std::span<const std::byte> m, const Request& r) { onWhole(m, r); });
+        shard.poll([this](std::span<const std::byte> m, const Request& r) { onShard(m, r); });
+        publish();
+        reconnectLost();
       }
-      if (shard_req_->isComplete()) {
-        if (shard_req_->status().isOk()) onShard();
-        postShard();
-      }
-      publish();
-      reconnectLost();
     }
-    whole_req_->cancel();
-    shard_req_->cancel();
     if (Status s = evaluator_->drain(deadlineIn(10s)); !s.isOk()) LOG(WARNING) << "evaluator: " << s.toString();
     publish();
     return Status::ok();
@@ -71,9 +65,6 @@ class Evaluator {
         (void)ctx_.transport.reconnect(peer, deadlineIn(20ms));
   }
 
-  void postWhole() { whole_req_ = ctx_.transport.irecv(kAnyPeer, kSnapshotTag, whole_); }
-  void postShard() { shard_req_ = ctx_.transport.irecv(kAnyPeer, kShardSnapshotTag, shard_); }
-
   double secondsSinceStart(int64_t realtime_ns) const {
     return double(realtime_ns - ctx_.control.startNs()) * 1e-9;
   }
@@ -85,33 +76,32 @@ class Evaluator {
       LOG(WARNING) << "evaluator: snapshot refused: " << s.toString();
   }
 
-  void onWhole() {
+  void onWhole(std::span<const std::byte> whole, const Request& r) {
     SnapshotHeader h;
-    std::memcpy(&h, whole_.data(), sizeof h);
-    if (size_t(h.param_count) != params_ ||
-        whole_req_->receivedBytes() != snapshotMessageBytes(params_)) {
-      LOG(WARNING) << "evaluator: snapshot from rank " << whole_req_->source() << " has " << h.param_count
+    std::memcpy(&h, whole.data(), sizeof h);
+    if (size_t(h.param_count) != params_ || r.receivedBytes() != snapshotMessageBytes(params_)) {
+      LOG(WARNING) << "evaluator: snapshot from rank " << r.source() << " has " << h.param_count
                    << " parameters, expected " << params_;
       return;
     }
     std::vector<float> params(params_);
-    std::memcpy(params.data(), whole_.data() + sizeof h, params_ * sizeof(float));
+    std::memcpy(params.data(), whole.data() + sizeof h, params_ * sizeof(float));
     submit(secondsSinceStart(h.realtime_ns), h.step, std::move(params));
   }
 
-  void onShard() {
+  void onShard(std::span<const std::byte> shard, const Request& r) {
     ShardSnapshotHeader h;
-    std::memcpy(&h, shard_.data(), sizeof h);
-    if (h.offset < 0 || h.count <= 0 || size_t(h.offset + h.count) > params_ ||
-        shard_req_->receivedBytes() != sizeof h + size_t(h.count) * sizeof(float)) {
-      LOG(WARNING) << "evaluator: malformed shard snapshot from rank " << shard_req_->source();
+    std::memcpy(&h, shard.data(), sizeof h);
+    if (h.offset < 0 || h.count <= 0 || h.count > int64_t(params_) || h.offset > int64_t(params_) - h.count ||
+        r.receivedBytes() != sizeof h + size_t(h.count) * sizeof(float)) {
+      LOG(WARNING) << "evaluator: malformed shard snapshot from rank " << r.source();
       return;
     }
     if (h.tick <= completed_tick_) return;
     TickAssembly& a = ticks_[h.tick];
     if (a.params.empty()) a.params.resize(params_);
     if (!a.offsets.insert(h.offset).second) return;
-    std::memcpy(a.params.data() + h.offset, shard_.data() + sizeof h, size_t(h.count) * sizeof(float));
+    std::memcpy(a.params.data() + h.offset, shard.data() + sizeof h, size_t(h.count) * sizeof(float));
     a.covered += size_t(h.count);
     a.latest_ns = std::max(a.latest_ns, h.realtime_ns);
     a.updates = std::max(a.updates, h.updates);
@@ -137,8 +127,6 @@ class Evaluator {
   NodeContext& ctx_;
   std::unique_ptr<eval::SnapshotEvaluator> evaluator_;
   const size_t params_;
-  std::vector<std::byte> whole_, shard_;
-  RequestPtr whole_req_, shard_req_;
   std::map<int64_t, TickAssembly> ticks_;
   int64_t completed_tick_ = -1;
   double last_time_s_ = -1;

@@ -32,8 +32,11 @@ Status MirroredWorker::checkPending(bool block_on_all, Deadline deadline) {
 }
 
 void MirroredWorker::cancelPending() {
-  for (Pending& p : pending_)
-    if (!p.request->isComplete()) p.request->cancel();
+  for (Pending& p : pending_) {
+    if (p.request->isComplete()) continue;
+    p.request->cancel();
+    cancelled_sends_.push_back(std::move(p.buffer));  // receives included: cheap, and a few per failure
+  }
   pending_.clear();
   late_flags_ = 0;
   late_generation_ = 0;

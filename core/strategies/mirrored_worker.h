@@ -204,6 +204,8 @@ class MirroredWorker {
     bool forward = false;                // a reduced gradient forwarded to a late member
   };
   std::list<Pending> pending_;
+  // Buffers of sends cancelled mid-way: a live peer may still take them (transport.h, Request::cancel).
+  std::vector<std::shared_ptr<const void>> cancelled_sends_;
   uint32_t late_flags_ = 0;            // merged from late readies
   int64_t late_generation_ = 0;
   std::vector<int> late_noticed_;

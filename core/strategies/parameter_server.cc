@@ -120,7 +120,7 @@ class PsServer {
       : ctx_(ctx), shard_(shard), range_(range), sgd_(std::move(sgd)), params_(std::move(params)),
         request_buf_(sizeof(PsRequestHeader) + range.count * sizeof(float)),
         round_sum_(range.count, 0.0f), clocks_(size_t(ctx.workers), 0), incarnations_(size_t(ctx.workers), 0),
-        pulled_(size_t(ctx.workers), 0), snapshot_(sizeof(ShardSnapshotHeader) + range.count * sizeof(float)) {}
+        pulled_(size_t(ctx.workers), 0), replies_(size_t(ctx.workers)), snapshot_(sizeof(ShardSnapshotHeader) + range.count * sizeof(float)) {}
 
   Status run();
 
@@ -162,6 +162,9 @@ class PsServer {
   std::vector<int64_t> clocks_;        // pushes received from each worker by this incarnation
   std::vector<uint32_t> incarnations_; // the newest incarnation seen per worker
   std::vector<int64_t> pulled_;
+  // One reply buffer per worker, alive as long as the transport: a reply cancelled mid-way to a paused worker
+  // may still be read when that worker wakes (transport.h, Request::cancel).
+  std::vector<std::vector<std::byte>> replies_;
   std::deque<Pending> held_;           // replies waiting for the staleness bound / the round
   // The first request of a worker process this server could not reach yet, by worker (retryUnreached).
   struct Unreached {
@@ -243,7 +246,8 @@ void PsServer::reply(const Pending& p, int64_t bound_wait_ns) {
   h.bound_wait_ns = bound_wait_ns;
   h.service_ns = std::max<int64_t>(0, monoNs() - p.arrived_ns - bound_wait_ns);
   h.count = int64_t(range_.count);
-  std::vector<std::byte> msg(sizeof h + range_.count * sizeof(float));
+  std::vector<std::byte>& msg = replies_[size_t(p.worker)];
+  msg.resize(sizeof h + range_.count * sizeof(float));
   std::memcpy(msg.data(), &h, sizeof h);
   std::memcpy(msg.data() + sizeof h, params_.data(), range_.count * sizeof(float));
   pulled_[size_t(p.worker)] = version_;

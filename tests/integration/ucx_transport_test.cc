@@ -244,6 +244,46 @@ TEST(UcxTransport, PausedPeerTimesOutAtTheDeadlineAndRecoversAfterContinue) {
   expectAllExitZero(mp, seconds(30));
 }
 
+// A send cancelled mid-way to a live peer abandons the endpoint without forcing it shut (UCX defines a
+// forced close only in peer error mode): the peer still receives the whole message when it posts its
+// receive, and after reconnect() the pair works again.
+TEST(UcxTransport, SendCancelledToALivePeerIsStillDeliveredWholeAndThePairReconnects) {
+  constexpr size_t kBytes = 4 << 20;  // rendezvous: the data moves only once the receiver has matched it
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    int v = 0;
+    if (c.rank() == 1) {
+      if (auto go = c.store().get("cancelled", deadlineIn(seconds(30))); !go.isOk()) return c.fail(go.status().toString());
+      std::vector<std::byte> got(kBytes);
+      if (Status s = recv(*t, 0, 3, got, deadlineIn(seconds(10))); !s.isOk()) return c.fail("recv after cancel: " + s.toString());
+      if (got != pattern(kBytes, 0)) return c.fail("the cancelled message arrived corrupted");
+      if (Status s = c.store().set("taken", "1"); !s.isOk()) return c.fail(s.toString());
+      if (Status s = recv(*t, 0, 4, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(20))); !s.isOk() || v != 5)
+        return c.fail("after reconnect: " + s.toString() + " v=" + std::to_string(v));
+      return 0;
+    }
+    const auto data = pattern(kBytes, 0);  // outlives the transport, as Request::cancel asks
+    RequestPtr r = t->isend(1, 3, data);
+    for (auto until = deadlineIn(milliseconds(200)); SteadyClock::now() < until;) t->progress(until);
+    if (r->isComplete()) return c.fail("a rendezvous send completed with no receive posted: " + r->status().toString());
+    r->cancel();
+    if (!r->isComplete() || r->status().isOk()) return c.fail("cancel did not complete the send");
+    if (t->peerStatus(1).isOk()) return c.fail("an abandoned endpoint must read as failed until reconnect");
+    if (Status s = c.store().set("cancelled", "1"); !s.isOk()) return c.fail(s.toString());
+    for (auto until = deadlineIn(seconds(15));;) {  // drive our side of the transfer while rank 1 takes it
+      if (SteadyClock::now() >= until) return c.fail("rank 1 never took the cancelled message");
+      t->progress(deadlineIn(milliseconds(20)));
+      if (auto taken = c.store().contains("taken"); taken.isOk() && *taken) break;
+    }
+    if (Status s = t->reconnect(1, deadlineIn(seconds(10))); !s.isOk()) return c.fail("reconnect: " + s.toString());
+    v = 5;
+    if (Status s = send(*t, 1, 4, asBytes(std::span(&v, 1)), deadlineIn(seconds(10))); !s.isOk()) return c.fail("send: " + s.toString());
+    return 0;
+  }).isOk());
+  expectAllExitZero(mp, seconds(60));
+}
+
 // After a kill, a replacement process joins under the same rank; the survivor reconnects and exchanges.
 TEST(UcxTransport, ReplacementUnderTheSameRankAfterReconnect) {
   MultiProcess mp;

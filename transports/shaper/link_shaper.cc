@@ -95,6 +95,10 @@ class ShapedSend final : public Request {
     return held_->inner ? held_->inner->source() : -1;
   }
   size_t receivedBytes() const override { return 0; }
+  bool bufferInUse() const override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return held_->inner ? held_->inner->bufferInUse() : !held_->done;
+  }
   void cancel() override {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (held_->inner) {

@@ -104,6 +104,7 @@ class UcxRequest final : public Request {
   int source() const override { return isComplete() ? op_->source : -1; }
   size_t receivedBytes() const override { return isComplete() ? op_->received : 0; }
   void cancel() override;
+  bool bufferInUse() const override;
 
  private:
   OpPtr op_;
@@ -142,6 +143,11 @@ class UcxTransport final : public Transport {
                /*routine=*/true);
   }
   void cancelOp(const OpPtr& op);
+  // UCX still holds the operation (its buffer), although its request may have completed.
+  bool held(const Op& op) {
+    std::lock_guard lock(worker_mu_);
+    return op.ucx_req != nullptr && !op.ucx_done;
+  }
   void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info);
 
  private:
@@ -179,6 +185,8 @@ class UcxTransport final : public Transport {
   // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
   void sweepLocked(int peer, bool crashed = true);
   void closeEndpointLocked(int peer);
+  // The process that the peer's endpoint talks to is known to be gone (or was never reached).
+  bool peerGone(int peer) const;
   void onControlLost(int peer, uint64_t incarnation, bool orderly);
   void wakeSleepers();
   void shutdown();
@@ -207,6 +215,8 @@ class UcxTransport final : public Transport {
   std::atomic<uint64_t> failure_count_{0};
   std::atomic<uint64_t> completions_{0};
 };
+
+bool UcxRequest::bufferInUse() const { return !isComplete() || op_->transport->held(*op_); }
 
 void UcxRequest::cancel() {
   if (op_->done.load(std::memory_order_acquire)) return;
@@ -383,13 +393,14 @@ void UcxTransport::shutdown() {
       if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
       p.ep = nullptr;
     }
-    // A receive UCX still holds although it was matched (one cancelled or failed mid-transfer) would be
-    // written into by further progress, and its owner may have freed the buffer since: then skip the flush.
-    // Losing our last in-flight sends to peers is better than corrupting memory.
-    bool receive_held = false;
-    for (auto& op : ops) receive_held |= !op->is_send && op->ucx_req != nullptr && !op->ucx_done;
+    // An operation UCX still holds although its request has completed (a receive cancelled or failed
+    // mid-transfer, a send abandoned to a live peer) would be written or read by further progress, and its
+    // owner may have freed the buffer since: then skip the flush. Losing our last in-flight sends to peers
+    // is better than touching freed memory.
+    bool orphan_held = false;
+    for (auto& op : ops) orphan_held |= op->ucx_req != nullptr && !op->ucx_done && (op->done || !op->is_send);
     Deadline flush_deadline = deadlineIn(std::chrono::seconds(1));
-    while (!receive_held) {
+    while (!orphan_held) {
       ucp_worker_progress(worker_);
       std::erase_if(closing_, [](void* req) {
         if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
@@ -531,10 +542,11 @@ void UcxTransport::cancelOp(const OpPtr& op) {
   }
   if (op->peer != kAnyPeer) {
     // A send cannot be recalled once UCX has started it: abandon the endpoint (the peer then reads as
-    // failed until reconnect), which completes every operation on it.
+    // failed until reconnect). The endpoint is retired with a flush (closeEndpointLocked), so a live peer
+    // may still take the message and UCX may still read the send's buffer (transport.h).
     if (markFailed(op->peer, Status::peerLost(op->peer, "ucx: endpoint to rank " + std::to_string(op->peer) +
                                                             " abandoned after a cancelled operation; reconnect() to use it again")))
-      sweepLocked(op->peer);
+      sweepLocked(op->peer, /*crashed=*/peerGone(op->peer));  // a live peer finishes what it was sending
   }
   if (!op->done.load()) finish(op.get(), *op->forced);  // UCX releases its request when it finishes with it
 }
@@ -637,15 +649,30 @@ bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
   return true;
 }
 
+bool UcxTransport::peerGone(int peer) const {
+  const Peer& p = peers_[peer];
+  const uint64_t inc = p.incarnation.load();
+  return inc == 0 || p.lost_incarnation.load() == inc || (peer != rank_ && !mesh_->alive(peer, inc));
+}
+
 void UcxTransport::closeEndpointLocked(int peer) {
   Peer& p = peers_[peer];
   if (p.ep == nullptr) return;
-  // Force-close: UCX completes the sends still on the endpoint (UCS_ERR_CANCELED) without talking to the peer.
+  // Always a flushing close. UCX accepts UCP_EP_CLOSE_FLAG_FORCE only for endpoints in peer error mode (1.13
+  // returns UCS_ERR_INVALID_PARAM and leaves the endpoint open); ours are not (see the header). A live
+  // peer still gets what the endpoint carries; toward a gone one the close never completes, and its request
+  // is released with the worker. Either way UCX may still read the buffers of sends it holds (transport.h).
   ucp_request_param_t close{};
   close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  close.flags = 0;
   void* req = ucp_ep_close_nbx(p.ep, &close);
-  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  if (UCS_PTR_IS_PTR(req)) {
+    closing_.push_back(req);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    // Toward a gone peer UCX has usually failed the endpoint already (UCS_ERR_ENDPOINT_TIMEOUT): routine.
+    LOG_IF(WARNING, !peerGone(peer)) << "ucx rank " << rank_ << ": closing the endpoint to live rank " << peer
+                                     << ": " << ucsText(UCS_PTR_STATUS(req));
+  }
   p.ep = nullptr;
 }
 

@@ -17,9 +17,12 @@
 // accepts theirs, each side saying hello {rank, incarnation}), watched by one thread with poll(). The kernel
 // closes a killed process's sockets at once, so EOF/error on the socket of a peer's current incarnation
 // means that process is gone: the watcher first drains messages that already arrived (progresses the
-// worker until idle), then calls failPeer(rank, PeerLost): the peer's data endpoint is force-closed
-// (ucp_ep_close_nbx + UCP_EP_CLOSE_FLAG_FORCE), its posted receives are cancelled, and every pending and
-// later operation with it completes with the sticky status. Detection takes milliseconds after a SIGKILL.
+// worker until idle), then calls failPeer(rank, PeerLost): the peer's data endpoint is closed, its posted
+// receives are cancelled, and every pending and later operation with it completes with the sticky status.
+// Detection takes milliseconds after a SIGKILL. Endpoints are always closed with a flush, never forced:
+// UCX defines UCP_EP_CLOSE_FLAG_FORCE only in peer error mode (1.13 refuses it otherwise and leaves the
+// endpoint open), so a live peer (failed by a cancelled send or a control-plane verdict) still receives
+// what its endpoint carried, and a gone peer's close simply never completes (released with the worker).
 // TCP rather than a second UCP worker in peer error mode: it needs no extra progress, works the same over
 // every UCX transport, and an orderly exit and a crash look alike (both close the socket). A paused
 // (SIGSTOPped) peer keeps its sockets open: only the caller's deadline catches it (waitAll -> Timeout).
