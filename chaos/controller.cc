@@ -1,6 +1,7 @@
 #include "chaos/controller.h"
 
 #include <poll.h>
+#include <glog/logging.h>
 #include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -128,11 +129,48 @@ Status Controller::start() {
   return Status::ok();
 }
 
+void Controller::adoptAgentHealLocked() {
+  if (options_.state_dir.empty()) return;
+  // An agent that heals marks the state finished, writes kHealedFile and removes the lease: any of the three
+  // says so (a renewal racing with the heal can restore the lease file, never the other two).
+  const std::string path = options_.state_dir + "/" + kHealedFile;
+  Result<std::optional<ChaosState>> healed = readStateFile(path);
+  Result<std::optional<ChaosState>> state = readState(options_.state_dir);
+  Result<int64_t> lease = readLease(options_.state_dir);
+  const bool lapsed = (healed.isOk() && *healed) || (state.isOk() && *state && (*state)->finished) ||
+                      (!lease.isOk() && lease.status().code() == StatusCode::kNotFound);
+  if (!lapsed) return;
+  std::vector<StateEntry> entries;
+  if (healed.isOk() && *healed) entries = (*healed)->entries;
+  int adopted = 0;
+  for (const StateEntry& e : entries) {
+    const Key key{e.fault_id, e.node};
+    if (!applied_.erase(key)) continue;  // reverted meanwhile
+    std::erase(apply_order_, key);
+    if (active_keys_.erase(key)) --active_[plan_.fault(e.fault_id).kind];
+    ++adopted;
+    if (options_.events)
+      (void)options_.events->append({{"type", "chaos.reverted"}, {"fault_id", e.fault_id}, {"name", e.name},
+                                     {"kind", e.kind}, {"node", e.node}, {"action", "revert"},
+                                     {"by", "agent: lease lapsed"}, {"mono_ns", clock_->monotonicNs()},
+                                     {"wall_ns", clock_->wallNs()}});
+  }
+  LOG(WARNING) << "chaos: the lease lapsed (this process stalled) and the agent healed " << adopted
+               << " fault(s); they count as reverted, and a new agent guards what follows";
+  if (options_.events)
+    (void)options_.events->append({{"type", "chaos.lease_lapsed"}, {"healed", adopted},
+                                   {"mono_ns", clock_->monotonicNs()}, {"wall_ns", clock_->wallNs()}});
+  (void)persistLocked();  // unfinished again, listing what is still applied
+  (void)renewLease(options_.state_dir, realClock().monotonicNs());
+  ::unlink(path.c_str());
+}
+
 void Controller::leaseLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!lease_stop_) {
     lease_cv_.wait_for(l, std::chrono::duration<double>(options_.lease_interval_s));
     if (lease_stop_) break;
+    adoptAgentHealLocked();  // before a new agent starts: it must find an unfinished state to guard
     l.unlock();
     (void)renewLease(options_.state_dir, realClock().monotonicNs());
     keepAgent();
@@ -259,6 +297,7 @@ void Controller::execute(const Action& a, int64_t planned_ns) {
         }
         records = std::move(r).value();
         std::lock_guard<std::mutex> l(mu_);
+        adoptAgentHealLocked();  // a stalled controller learns first what the agent healed
         applied_[key] = StateEntry{f.id, f.name, faultKindName(f.kind), a.node, records};
         apply_order_.push_back(key);
         if (Status s = persistLocked(); !s.isOk()) {

@@ -59,7 +59,11 @@ Status writeFileAtomic(const std::string& path, const std::string& contents) {
   return Status::ok();
 }
 
-Status writeState(const std::string& dir, const ChaosState& state) {
+Status writeState(const std::string& dir, const ChaosState& state) { return writeStateFile(join(dir, kStateFile), state); }
+
+Result<std::optional<ChaosState>> readState(const std::string& dir) { return readStateFile(join(dir, kStateFile)); }
+
+Status writeStateFile(const std::string& path, const ChaosState& state) {
   nlohmann::json j;
   j["version"] = 1;
   j["controller_pid"] = state.controller_pid;
@@ -73,11 +77,10 @@ Status writeState(const std::string& dir, const ChaosState& state) {
     for (const HealRecord& r : e.heal) je["heal"].push_back(healToJson(r));
     j["entries"].push_back(je);
   }
-  return writeFileAtomic(join(dir, kStateFile), j.dump() + "\n");
+  return writeFileAtomic(path, j.dump() + "\n");
 }
 
-Result<std::optional<ChaosState>> readState(const std::string& dir) {
-  const std::string path = join(dir, kStateFile);
+Result<std::optional<ChaosState>> readStateFile(const std::string& path) {
   CHAOSBED_ASSIGN_OR_RETURN(std::optional<std::string> text, readWhole(path));
   if (!text) return std::optional<ChaosState>();
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -156,8 +159,13 @@ Result<int> cleanupStale(const std::string& dir, EventLog* log, const std::strin
 
 int runAgent(const std::string& dir, const AgentOptions& options) {
   RealClock& clock = realClock();
-  const auto heal_and_exit = [&](const char* why) {
+  const auto heal_and_exit = [&](const char* why, bool tell_controller) {
+    Result<std::optional<ChaosState>> before = readState(dir);
     Result<int> r = cleanupStale(dir, nullptr, std::string("agent: ") + why);
+    // A controller that only stalled may wake: it learns what was healed from kHealedFile (written after
+    // the heal) and the missing lease, and neither reverts nor re-records those faults.
+    if (tell_controller && before.isOk() && *before && !(*before)->entries.empty())
+      (void)writeStateFile(join(dir, kHealedFile), **before);
     ::unlink(join(dir, kLeaseFile).c_str());
     return r.isOk() ? 0 : 4;
   };
@@ -174,7 +182,7 @@ int runAgent(const std::string& dir, const AgentOptions& options) {
           pipe_open = false;
           Result<std::optional<ChaosState>> st = readState(dir);
           if (st.isOk() && (!*st || (*st)->finished)) return 0;
-          return heal_and_exit("controller gone");
+          return heal_and_exit("controller gone", /*tell_controller=*/false);
         }
       }
     } else {
@@ -184,7 +192,7 @@ int runAgent(const std::string& dir, const AgentOptions& options) {
     if (st.isOk() && (!*st || (*st)->finished)) return 0;
     Result<int64_t> lease = readLease(dir);
     if (lease.isOk() && clock.monotonicNs() - *lease > static_cast<int64_t>(options.lease_timeout_s * 1e9))
-      return heal_and_exit("lease lapsed");
+      return heal_and_exit("lease lapsed", /*tell_controller=*/true);
   }
 }
 

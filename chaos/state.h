@@ -54,6 +54,9 @@ struct ChaosState {
 
 inline constexpr const char* kStateFile = "state.json";
 inline constexpr const char* kLeaseFile = "lease";
+// What an agent healed when the lease lapsed (a state file of its entries): the controller, if it wakes,
+// takes these faults as reverted instead of reverting or re-recording them (Controller::adoptAgentHealLocked).
+inline constexpr const char* kHealedFile = "healed.json";
 
 // Writes `contents` to dir/name atomically (temporary file + rename).
 Status writeFileAtomic(const std::string& path, const std::string& contents);
@@ -61,6 +64,9 @@ Status writeFileAtomic(const std::string& path, const std::string& contents);
 Status writeState(const std::string& dir, const ChaosState& state);
 // nullopt when there is no state file; DataLoss naming the file when it is corrupt.
 Result<std::optional<ChaosState>> readState(const std::string& dir);
+// The same for a state file at any path (kHealedFile).
+Status writeStateFile(const std::string& path, const ChaosState& state);
+Result<std::optional<ChaosState>> readStateFile(const std::string& path);
 
 Status renewLease(const std::string& dir, int64_t monotonic_ns);
 Result<int64_t> readLease(const std::string& dir);

@@ -215,6 +215,57 @@ TEST_F(ChaosCrash, AgentHealsWhenTheLeaseLapses) {
   ::close(control);
 }
 
+// A controller that stalled past its lease and then wakes: the agent has healed and exited; the controller
+// takes those faults as reverted (by the agent) instead of re-injecting or re-recording them, starts a new
+// agent that guards an unfinished state, and stops cleanly.
+TEST_F(ChaosCrash, AControllerThatWakesAfterTheAgentHealedAdoptsTheHealAndIsGuardedAgain) {
+  int agent = 0, control = -1;
+  const pid_t ctl = forkController(&agent, &control);
+  ASSERT_GT(agent, 0);
+  ASSERT_EQ(::kill(ctl, SIGSTOP), 0);
+  ASSERT_TRUE(waitGone(agent, 6.0)) << "the agent did not heal after the lease lapsed";
+  ASSERT_EQ(::kill(ctl, SIGCONT), 0);
+  auto events = [&] {
+    std::ifstream in(dir_ + "/events.jsonl");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  // Await the controller's two reactions in its event log.
+  std::string log;
+  for (const int64_t until = monoNs() + 5'000'000'000; monoNs() < until;) {
+    log = events();
+    if (count(log, "\"type\":\"chaos.lease_lapsed\"") == 1 && count(log, "\"type\":\"chaos.agent_restarted\"") == 1) break;
+    struct pollfd none{};
+    (void)::poll(&none, 0, 20);
+  }
+  ASSERT_EQ(count(log, "\"type\":\"chaos.lease_lapsed\""), 1u) << log;
+  ASSERT_EQ(count(log, "\"type\":\"chaos.agent_restarted\""), 1u) << log;
+  EXPECT_EQ(count(log, "\"by\":\"agent: lease lapsed\""), 2u + 2u) << "two chaos.healed by the agent, two chaos.reverted adopted:\n" << log;
+  // Nothing re-injected, and the new agent guards an unfinished state.
+  EXPECT_FALSE(*cluster_->cgroup("worker-0")->isFrozen());
+  EXPECT_NEAR(*cluster_->cgroup("worker-1")->cpuLimit(), 1.0, 1e-6);
+  Result<std::optional<ChaosState>> st = readState(dir_ + "/state");
+  ASSERT_TRUE(st.isOk() && st->has_value());
+  EXPECT_FALSE((*st)->finished);
+  EXPECT_TRUE((*st)->entries.empty());
+  const pid_t guardian = (*st)->agent_pid;
+  ASSERT_GT(guardian, 0);
+  EXPECT_NE(guardian, agent);
+  EXPECT_EQ(::kill(guardian, 0), 0) << "the new agent is not running";
+  // A normal stop: nothing to revert, the state ends finished, the new agent exits.
+  ::close(control);
+  int status = -1;
+  ASSERT_EQ(::waitpid(ctl, &status, 0), ctl);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "controller status " << status;
+  EXPECT_TRUE(waitGone(guardian, 5.0));
+  expectHealed();
+  EXPECT_EQ(count(events(), "\"type\":\"chaos.failed\""), 0u) << events();
+}
+
 TEST_F(ChaosCrash, NormalStopRevertsAndTheAgentExits) {
   int agent = 0, control = -1;
   const pid_t ctl = forkController(&agent, &control);
