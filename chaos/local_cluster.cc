@@ -21,6 +21,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(std::vector<NodeInfo> 
       c->cgroups_[n.name] = std::make_unique<NodeCgroup>(std::move(cg));
       CHAOSBED_RETURN_IF_ERROR(c->cgroups_[n.name]->setCpuLimit(c->options_.cpu_quota));
     }
+    MutexLock lock(c->mu_);  // no other thread yet: for the analysis
     CHAOSBED_RETURN_IF_ERROR(c->launch(n));
   }
   return c;
@@ -75,7 +76,7 @@ Status LocalCluster::launch(const NodeInfo& node) {
 }
 
 Result<pid_t> LocalCluster::processGroup(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pids_.find(node);
   if (it == pids_.end() || it->second <= 0) return Status::notFound(node + " is not running");
   return it->second;
@@ -89,7 +90,7 @@ NodeCgroup* LocalCluster::cgroup(const std::string& node) {
 Status LocalCluster::replace(const std::string& node) {
   const NodeInfo* n = find(node);
   if (!n) return Status::notFound("no node " + node);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pids_.find(node);
   if (it != pids_.end() && it->second > 0) {
     // Replacing a live node: the old incarnation goes first.
@@ -104,7 +105,7 @@ Status LocalCluster::replace(const std::string& node) {
 Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
   pid_t pid = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = pids_.find(node);
     if (it == pids_.end() || it->second <= 0) return Status::notFound(node + " is not running");
     pid = it->second;
@@ -121,19 +122,19 @@ Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
   if (n == 0) return Status::timeout(node + " did not exit within " + std::to_string(timeout_s) + " s");
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid) return Status::ioError(node + ": waitpid: " + std::strerror(errno));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = pids_.find(node); it != pids_.end() && it->second == pid) it->second = 0;
   return status;
 }
 
 pid_t LocalCluster::pid(const std::string& node) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = pids_.find(node);
   return it == pids_.end() ? 0 : it->second;
 }
 
 int LocalCluster::incarnation(const std::string& node) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = incarnations_.find(node);
   return it == incarnations_.end() ? 0 : it->second - 1;
 }

@@ -19,6 +19,7 @@
 
 #include "chaos/cluster.h"
 #include "core/isolation/cgroup.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed::chaos {
 
@@ -47,16 +48,16 @@ class LocalCluster final : public Cluster {
  private:
   LocalCluster(std::vector<NodeInfo> nodes, Body body, Options options)
       : nodes_(std::move(nodes)), body_(std::move(body)), options_(std::move(options)) {}
-  Status launch(const NodeInfo& node);
+  Status launch(const NodeInfo& node) CHAOSBED_REQUIRES(mu_);
   const NodeInfo* find(const std::string& node) const;
 
   std::vector<NodeInfo> nodes_;
   Body body_;
   Options options_;
   // The chaos controller's thread replaces nodes and reads their groups while a test waits for exits.
-  mutable std::mutex mu_;
-  std::map<std::string, pid_t> pids_;       // GUARDED_BY(mu_)
-  std::map<std::string, int> incarnations_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, pid_t> pids_ CHAOSBED_GUARDED_BY(mu_);
+  std::map<std::string, int> incarnations_ CHAOSBED_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<NodeCgroup>> cgroups_;
 };
 

@@ -4,8 +4,8 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build pkg-config git
+  # toolchain (clang: the lock-annotation check, scripts/check-lock-annotations.sh)
+  build-essential cmake ninja-build pkg-config git clang
   # transports
   libucx-dev ucx-utils libssl-dev
   # core

@@ -14,6 +14,7 @@ const char* timeCategoryName(TimeCategory c) {
     case TimeCategory::kIdlePeer: return "peer";
     case TimeCategory::kIdleServer: return "server";
     case TimeCategory::kIdleRecovery: return "recovery";
+    case TimeCategory::kPaused: return "paused";
   }
   return "unknown";
 }
@@ -96,10 +97,22 @@ double NodeStats::busySeconds() const {
   return seconds[int(TimeCategory::kCompute)] + seconds[int(TimeCategory::kTransfer)] + idleSeconds();
 }
 
+double NodeStats::bookedSeconds() const {
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  return sum;
+}
+
+double NodeStats::residualFraction() const {
+  return wall_seconds > 0 ? std::abs(wall_seconds - bookedSeconds()) / wall_seconds : 0;
+}
+
 nlohmann::json NodeStats::toJson() const {
   nlohmann::json secs;
   for (int c = 0; c < kTimeCategories; ++c) secs[timeCategoryName(TimeCategory(c))] = seconds[c];
   return {{"seconds", secs},
+          {"wall_seconds", wall_seconds},
+          {"final", final_report},
           {"steps", steps},
           {"samples", samples},
           {"samples_lost", samples_lost},
@@ -117,6 +130,8 @@ Result<NodeStats> NodeStats::fromJson(const nlohmann::json& j) {
   config::JsonFields secs = f.object("seconds", /*optional=*/true);
   for (int c = 0; c < kTimeCategories; ++c)
     s.seconds[c] = secs.number(timeCategoryName(TimeCategory(c)), 0, kMaxSeconds, 0.0);
+  s.wall_seconds = f.number("wall_seconds", 0, kMaxSeconds, 0.0);
+  s.final_report = f.has("final") && f.boolean("final");
   s.steps = f.integer("steps", 0, kMaxCount, 0);
   s.samples = f.integer("samples", 0, kMaxCount, 0);
   s.samples_lost = f.integer("samples_lost", 0, kMaxCount, 0);
@@ -137,6 +152,7 @@ Result<NodeStats> NodeStats::decode(std::string_view text) {
 
 void NodeStats::merge(const NodeStats& o) {
   for (int c = 0; c < kTimeCategories; ++c) seconds[c] += o.seconds[c];
+  wall_seconds += o.wall_seconds;
   steps += o.steps;
   samples += o.samples;
   samples_lost += o.samples_lost;
@@ -165,42 +181,120 @@ TransferSplitter::Split TransferSplitter::split(double seconds) {
   return {seconds, 0};
 }
 
+Accounting::~Accounting() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (watch_.joinable()) watch_.join();
+}
+
+void Accounting::start() {
+  MutexLock lock(mu_);
+  if (started_) return;
+  started_ = last_tick_ = Clock::now();
+  watch_ = std::thread([this] {
+    MutexLock lock(mu_);
+    while (!stopping_) {
+      wake_.wait_for(lock, kTick);
+      tickLocked(Clock::now());
+    }
+  });
+}
+
+void Accounting::tickLocked(Clock::time_point now) {
+  if (!last_tick_) return;
+  if (now - *last_tick_ > kGap) recordPauseLocked(*last_tick_ + kTick, now);
+  last_tick_ = std::max(*last_tick_, now);
+}
+
+void Accounting::recordPauseLocked(Clock::time_point from, Clock::time_point to) {
+  if (to <= from) return;
+  stats_.seconds[int(TimeCategory::kPaused)] += std::chrono::duration<double>(to - from).count();
+  pauses_.emplace_back(from, to);
+  while (pauses_.size() > 64) pauses_.pop_front();  // an interval booked later than 64 pauses is rare
+}
+
+double Accounting::pausedWithinLocked(Clock::time_point from, Clock::time_point to) const {
+  double paused = 0;
+  for (const auto& [a, b] : pauses_) {
+    const auto lo = std::max(a, from), hi = std::min(b, to);
+    if (hi > lo) paused += std::chrono::duration<double>(hi - lo).count();
+  }
+  return paused;
+}
+
+Accounting::Frame::Frame(Accounting& a, TimeCategory c) : a_(a), c_(c), start_(Clock::now()) {
+  MutexLock lock(a_.mu_);
+  booked_at_start_ = a_.bookedLocked();
+}
+
+Accounting::Frame::~Frame() {
+  const auto now = Clock::now();
+  MutexLock lock(a_.mu_);
+  a_.tickLocked(now);
+  const double inner = a_.bookedLocked() - booked_at_start_;  // what the scope booked, paused time included
+  const double rest = std::chrono::duration<double>(now - start_).count() - inner;
+  if (rest > 0) a_.stats_.seconds[int(c_)] += rest;
+}
+
+void Accounting::notePause(Clock::time_point from, Clock::time_point to) {
+  MutexLock lock(mu_);
+  recordPauseLocked(from, to);
+}
+
 void Accounting::add(TimeCategory category, double seconds) {
-  std::lock_guard lock(mu_);
-  stats_.seconds[int(category)] += std::max(0.0, seconds);
+  const auto now = Clock::now();
+  MutexLock lock(mu_);
+  tickLocked(now);  // a freeze that just ended is claimed here if the watch has not run yet
+  seconds = std::max(0.0, seconds);
+  const auto from = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  stats_.seconds[int(category)] += std::max(0.0, seconds - pausedWithinLocked(from, now));
 }
 
 void Accounting::step(int64_t samples, double step_seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++stats_.steps;
   stats_.samples += samples;
   stats_.step_seconds.observe(step_seconds);
 }
 
 void Accounting::rollback(int64_t samples_lost) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stats_.samples_lost += samples_lost;
 }
 
 void Accounting::staleness(int64_t updates) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stats_.staleness.observe(double(updates));
 }
 
 void Accounting::recovery(double seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++stats_.recoveries;
   stats_.recovery_seconds.observe(seconds);
 }
 
 void Accounting::checkpoint(bool ok) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++(ok ? stats_.checkpoints_written : stats_.checkpoint_failures);
 }
 
+void Accounting::finish() {
+  const auto now = Clock::now();
+  MutexLock lock(mu_);
+  if (!started_ || finished_) return;
+  tickLocked(now);
+  finished_ = now;
+}
+
 NodeStats Accounting::snapshot() const {
-  std::lock_guard lock(mu_);
-  return stats_;
+  MutexLock lock(mu_);
+  NodeStats s = stats_;
+  if (started_) s.wall_seconds = std::chrono::duration<double>(finished_.value_or(Clock::now()) - *started_).count();
+  s.final_report = finished_.has_value();
+  return s;
 }
 
 }  // namespace chaosbed

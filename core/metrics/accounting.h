@@ -4,6 +4,12 @@
 // - compute: forward/backward/update; transfer: moving data (not waiting for others);
 // - idle, by reason: peer (slower, paused or dead peers at a collective or a staleness bound), server
 //   (waiting for a parameter server), recovery (failure detection, rendezvous, checkpoint restore);
+// - paused: the node itself was frozen (SIGSTOP, the cgroup freezer). A frozen process cannot book
+//   anything, so a watch thread notices the gap in its own ticks when the process runs again; the gap is
+//   booked as paused and taken out of whatever interval it fell into (a collective, a compute Timer), so no
+//   time is counted twice;
+// - wall: from start() to the snapshot, so that wall - the sum of the categories (the residual) shows time
+//   that nothing booked, or booked twice.
 // - steps and samples processed, samples lost to rollbacks (goodput counts only samples that survive);
 // - staleness of asynchronous pushes, step durations, recovery times.
 // Counters are cumulative and never decrease, so the last report of a killed node still counts.
@@ -11,21 +17,26 @@
 
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "transports/status.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed {
 
-enum class TimeCategory : uint8_t { kCompute, kTransfer, kIdlePeer, kIdleServer, kIdleRecovery };
-inline constexpr int kTimeCategories = 5;
-const char* timeCategoryName(TimeCategory c);  // "compute", "transfer", "peer", "server", "recovery"
+enum class TimeCategory : uint8_t { kCompute, kTransfer, kIdlePeer, kIdleServer, kIdleRecovery, kPaused };
+inline constexpr int kTimeCategories = 6;
+const char* timeCategoryName(TimeCategory c);  // "compute", "transfer", "peer", "server", "recovery", "paused"
 
 // Cumulative histogram with fixed upper bounds (Prometheus style: counts[i] = observations <= bounds[i],
 // plus +Inf as the last count).
@@ -53,6 +64,8 @@ Histogram recoverySecondsHistogram();  // 10 ms .. 600 s
 
 struct NodeStats {
   std::array<double, kTimeCategories> seconds{};  // by TimeCategory
+  double wall_seconds = 0;                         // since Accounting::start(); 0 if never started
+  bool final_report = false;                       // after Accounting::finish(): every interval booked
   int64_t steps = 0;
   int64_t samples = 0;
   int64_t samples_lost = 0;   // rolled back: not in the final model
@@ -65,6 +78,9 @@ struct NodeStats {
 
   double idleSeconds() const;
   double busySeconds() const;  // compute + transfer + idle
+  double bookedSeconds() const;  // every category, paused included
+  // |wall - booked| / wall: 0 when every instant was booked exactly once; 0 without a wall time.
+  double residualFraction() const;
   nlohmann::json toJson() const;
   // Checked decode of a report a node wrote to the store; never throws. Absent fields read as 0 (and the
   // default histograms); present ones must be of the right type, finite and in range: seconds in
@@ -97,6 +113,21 @@ class TransferSplitter {
 
 class Accounting {
  public:
+  Accounting() = default;
+  ~Accounting();
+  Accounting(const Accounting&) = delete;
+  Accounting& operator=(const Accounting&) = delete;
+
+  // Starts the wall clock and the pause watch (a thread that ticks every kTick; a gap longer than kGap
+  // between ticks, or before a booking, is time the process was frozen).
+  void start();
+  // The role has returned: freezes the wall clock, and later snapshots are final reports (the residual is
+  // judged on those: a report a killed process sent last may miss an interval still in progress).
+  void finish();
+  static constexpr std::chrono::milliseconds kTick{20};
+  static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
+
+  // Books an interval of `seconds` that ends now, less the paused time inside it.
   void add(TimeCategory category, double seconds);
   void step(int64_t samples, double step_seconds);
   void rollback(int64_t samples_lost);
@@ -119,9 +150,43 @@ class Accounting {
     std::chrono::steady_clock::time_point start_;
   };
 
+  // Books whatever part of a scope nothing inside it booked to `category`, so that a loop's bookkeeping
+  // (a step's bookkeeping, a server waiting in progress()) adds up to its wall time:
+  // `{ Accounting::Frame f(acct, TimeCategory::kCompute); ...Timers and add()s... }`. Frames nest.
+  class Frame {
+   public:
+    Frame(Accounting& a, TimeCategory c);
+    ~Frame();
+    Frame(const Frame&) = delete;
+    Frame& operator=(const Frame&) = delete;
+
+   private:
+    Accounting& a_;
+    TimeCategory c_;
+    std::chrono::steady_clock::time_point start_;
+    double booked_at_start_;
+  };
+
+  // For tests: records a freeze from `from` to `to` as the watch would have seen it.
+  void notePause(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to);
+
  private:
-  mutable std::mutex mu_;
-  NodeStats stats_;  // GUARDED_BY(mu_)
+  using Clock = std::chrono::steady_clock;
+  // Notices a gap since the last tick (the process was frozen) and books it as paused.
+  void tickLocked(Clock::time_point now) CHAOSBED_REQUIRES(mu_);
+  double bookedLocked() const CHAOSBED_REQUIRES(mu_) { return stats_.bookedSeconds(); }
+  double pausedWithinLocked(Clock::time_point from, Clock::time_point to) const CHAOSBED_REQUIRES(mu_);
+  void recordPauseLocked(Clock::time_point from, Clock::time_point to) CHAOSBED_REQUIRES(mu_);
+
+  mutable Mutex mu_;
+  NodeStats stats_ CHAOSBED_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> started_ CHAOSBED_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> finished_ CHAOSBED_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> last_tick_ CHAOSBED_GUARDED_BY(mu_);
+  std::deque<std::pair<Clock::time_point, Clock::time_point>> pauses_ CHAOSBED_GUARDED_BY(mu_);  // recent ones
+  bool stopping_ CHAOSBED_GUARDED_BY(mu_) = false;
+  std::condition_variable_any wake_;
+  std::thread watch_;
 };
 
 }  // namespace chaosbed

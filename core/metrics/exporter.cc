@@ -9,6 +9,7 @@
 
 #include "core/metrics/prometheus_http_server.h"
 #include "core/metrics/prometheus_scrape.h"
+#include "transports/thread_annotations.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
@@ -99,7 +100,7 @@ ClientMetric sample(std::vector<ClientMetric::Label> labels, MetricType type, do
 class Snapshot final : public prometheus::Collectable {
  public:
   std::vector<MetricFamily> Collect() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     FamilyBuilder b;
     const auto C = MetricType::Counter;
     const auto G = MetricType::Gauge;
@@ -191,20 +192,20 @@ class Snapshot final : public prometheus::Collectable {
   // Runs f on the state of (experiment, strategy) under the lock, creating it on first use.
   template <class F>
   void withStrategy(const std::string& experiment, const std::string& strategy, F&& f) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     f(strategies_[{experiment, strategy}]);
   }
 
   void updateNode(const NodeLabels& l, const NodeStats& stats) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     strategies_.try_emplace({l.experiment, l.strategy});
     nodes_.insert_or_assign(NodeKey{l.experiment, l.strategy, l.role, l.node}, stats);
   }
 
  private:
-  mutable std::mutex mu_;
-  std::map<StrategyKey, StrategyState> strategies_;  // GUARDED_BY(mu_)
-  std::map<NodeKey, NodeStats> nodes_;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<StrategyKey, StrategyState> strategies_ CHAOSBED_GUARDED_BY(mu_);
+  std::map<NodeKey, NodeStats> nodes_ CHAOSBED_GUARDED_BY(mu_);
 };
 
 // RFC 4648 base64url without padding (Pushgateway's "@base64" label values).

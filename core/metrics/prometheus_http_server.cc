@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed {
 
@@ -240,7 +241,7 @@ class HttpMetricsServer::Impl {
     if (method != "GET" && method != "HEAD") return response("405 Method Not Allowed", "GET " + path_ + "\n", true);
     if (target != path_) return response("404 Not Found", "metrics are at " + path_ + "\n", true);
     {
-      std::lock_guard lock(served_mu_);
+      MutexLock lock(served_mu_);
       *render_seq = ++render_seq_;
       const auto now = Clock::now();
       if (last_render_ != Clock::time_point()) interval_ = std::chrono::duration<double>(now - last_render_).count();
@@ -266,7 +267,7 @@ class HttpMetricsServer::Impl {
     ::shutdown(c.fd, SHUT_WR);
     c.done = true;
     if (c.render_seq > 0) {
-      std::lock_guard lock(served_mu_);
+      MutexLock lock(served_mu_);
       served_seq_ = std::max(served_seq_, c.render_seq);
       served_cv_.notify_all();
     }
@@ -274,12 +275,12 @@ class HttpMetricsServer::Impl {
 
  public:
   bool awaitServed(Clock::time_point deadline) {
-    std::unique_lock lock(served_mu_);
+    MutexLock lock(served_mu_);
     const uint64_t after = render_seq_;
-    return served_cv_.wait_until(lock, deadline, [&] { return served_seq_ > after; });
+    return served_cv_.wait_until(lock, deadline, [&]() CHAOSBED_REQUIRES(served_mu_) { return served_seq_ > after; });
   }
   std::optional<double> servedInterval() const {
-    std::lock_guard lock(served_mu_);
+    MutexLock lock(served_mu_);
     return interval_;
   }
 
@@ -296,12 +297,12 @@ class HttpMetricsServer::Impl {
   Clock::time_point last_accept_log_{};
   int64_t accept_failures_ = 0;
   // What scrapers have been served, for awaitServed (shared with the run's threads).
-  mutable std::mutex served_mu_;
-  std::condition_variable served_cv_;
-  uint64_t render_seq_ = 0;   // GUARDED_BY(served_mu_): renders of path_ so far
-  uint64_t served_seq_ = 0;   // GUARDED_BY(served_mu_): the latest render whose response went out in full
+  mutable Mutex served_mu_;
+  std::condition_variable_any served_cv_;
+  uint64_t render_seq_ CHAOSBED_GUARDED_BY(served_mu_) = 0;  // renders of path_ so far
+  uint64_t served_seq_ CHAOSBED_GUARDED_BY(served_mu_) = 0;  // the latest render whose response went out in full
   Clock::time_point last_render_{};       // GUARDED_BY(served_mu_)
-  std::optional<double> interval_;        // GUARDED_BY(served_mu_)
+  std::optional<double> interval_ CHAOSBED_GUARDED_BY(served_mu_);
   std::thread thread_;  // last: starts once everything above is set
 };
 

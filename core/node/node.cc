@@ -183,6 +183,7 @@ int runNodeProcess(const NodeLaunch& launch) {
     LOG(ERROR) << node << ": " << start.status().toString();
     return kExitInfrastructure;
   }
+  if (launch.role != "evaluator") accounting.start();  // the evaluator trains nothing: no wall to account for
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
   control.startLinkWatcher([&transport, &c](const LinkCommand& cmd) { return applyLinkCommand(cmd, *transport, c); });
 
@@ -199,6 +200,11 @@ int runNodeProcess(const NodeLaunch& launch) {
                   .data = data ? &*data : nullptr};
 
   Status result;
+  {
+  // Whatever a role's loops leave unbooked (set-up, the first join, leaving) is booked as the role's own
+  // work: compute for workers, waiting for workers for servers.
+  std::optional<Accounting::Frame> whole;
+  if (launch.role != "evaluator") whole.emplace(accounting, launch.role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
   if (launch.role == "evaluator") {
     result = runEvaluator(ctx);
   } else if (c.strategy.kind == StrategyKind::kMirrored) {
@@ -207,7 +213,9 @@ int runNodeProcess(const NodeLaunch& launch) {
   } else {
     result = launch.role == "worker" ? runPsWorker(ctx) : runPsServer(ctx);
   }
-  control.stopBackground();
+  }
+  accounting.finish();
+  control.stopBackground();  // sends the final report
   if (!result.isOk()) {
     LOG(ERROR) << node << ": " << result.toString();
     (void)control.event("error", {{"message", result.toString()}});

@@ -87,7 +87,7 @@ ControlChannel::ControlChannel(Store& store, std::string prefix, std::string nod
     : store_(store), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation),
       world_workers_(world_workers) {
   backoff_wait_ = [this](std::chrono::milliseconds wait) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     cv_.wait_for(lock, wait, [this] { return closing(); });
     return !closing();
   };
@@ -128,7 +128,7 @@ Status ControlChannel::noticeReceived() {
 }
 
 bool ControlChannel::waitStopRequested(Deadline deadline) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   cv_.wait_until(lock, deadline, [this] { return stopRequested(); });
   return stopRequested();
 }
@@ -136,7 +136,7 @@ bool ControlChannel::waitStopRequested(Deadline deadline) {
 int ControlChannel::requestStop(int state) {
   int previous = kRunning;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     previous = stop_.load(std::memory_order_acquire);
     if (previous != kControllerLost) stop_.store(state, std::memory_order_release);
   }
@@ -147,7 +147,7 @@ int ControlChannel::requestStop(int state) {
 void ControlChannel::rejectOnce(const std::string& k, const Status& problem) {
   constexpr size_t kMaxLogged = 1024;  // distinct keys; beyond it, malformed values go unlogged
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (rejected_.size() > kMaxLogged || !rejected_.insert(k).second) return;
     if (rejected_.size() > kMaxLogged) {
       LOG(WARNING) << node_ << ": more than " << kMaxLogged << " malformed control values; no longer logging them";
@@ -296,7 +296,7 @@ void ControlChannel::startBackground(std::function<NodeStats()> stats, std::chro
     while (!closing()) {
       next += period;
       (void)reportStats(stats());
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       cv_.wait_until(lock, next, [this] { return closing(); });
     }
   });
@@ -308,7 +308,7 @@ void ControlChannel::startLinkWatcher(std::function<Status(const LinkCommand&)> 
 
 void ControlChannel::stopBackground() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closing_ = true;
   }
   cv_.notify_all();

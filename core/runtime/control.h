@@ -40,6 +40,7 @@
 #include "core/runtime/link_command.h"
 #include "transports/bootstrap/store.h"
 #include "transports/status.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed {
 
@@ -183,9 +184,9 @@ class ControlChannel {
   std::atomic<int> stop_{kRunning};
   std::atomic<int64_t> latest_generation_{-1};
   std::atomic<bool> closing_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;         // signalled on stop_ and closing_ (both also set under mu_)
-  std::set<std::string> rejected_;     // GUARDED_BY(mu_): keys whose malformed value was logged
+  Mutex mu_;
+  std::condition_variable_any cv_;         // signalled on stop_ and closing_ (both also set under mu_)
+  std::set<std::string> rejected_ CHAOSBED_GUARDED_BY(mu_);  // keys whose malformed value was logged
   BackoffWait backoff_wait_;
   std::function<NodeStats()> stats_fn_;
   std::vector<std::thread> threads_;

@@ -153,10 +153,11 @@ Status MirroredWorker::step(StepOutcome& out) {
 
   out.failed_at = SteadyClock::now();
   s = reducer_->allreduce(comm_, model_->gradients(), collectiveDeadline());
+  // A failed all-reduce is booked by recover(), from failed_at, as recovery: not here as well.
+  if (!s.isOk()) return s.withContext("mirrored: gradient all-reduce of step " + std::to_string(progress_.step));
   const auto reduce_split = allreduce_splitter_.split(secondsSince(out.failed_at));
   ctx_.accounting.add(TimeCategory::kTransfer, reduce_split.transfer);
   ctx_.accounting.add(TimeCategory::kIdlePeer, reduce_split.idle);
-  if (!s.isOk()) return s.withContext("mirrored: gradient all-reduce of step " + std::to_string(progress_.step));
   CHAOSBED_RETURN_IF_ERROR(applyGradient(1.0f / static_cast<float>(n)));
   completeStep(static_cast<int64_t>(bpw_) * n, static_cast<int64_t>(bpw_), started);
   return Status::ok();
@@ -304,6 +305,8 @@ Result<MirroredOutcome> MirroredWorker::run() {
       return Status::invalidArgument("mirrored: the training set (" + std::to_string(train_.size()) +
                                      " samples) is smaller than one global batch (" + std::to_string(comm_.size()) +
                                      " x " + std::to_string(bpw_) + ")");
+    // A step's own bookkeeping (batches, headers, snapshots) is compute: the iteration adds up to its wall time.
+    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);
     StepOutcome out;
     Status s = backup && comm_.size() > 1 ? backupStep(out) : step(out);
     if (!s.isOk()) {

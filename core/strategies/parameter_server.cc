@@ -56,8 +56,9 @@ struct PsRequestHeader {
   int64_t pulled_version = 0;
   int64_t samples = 0;       // samples behind the gradient
   int64_t count = 0;         // gradient floats that follow
+  int64_t sent_ns = 0;       // the worker's CLOCK_MONOTONIC when it sent this (one host: the server's clock too)
 };
-static_assert(sizeof(PsRequestHeader) == 40);
+static_assert(sizeof(PsRequestHeader) == 48);
 
 struct PsReplyHeader {
   int64_t version = 0;       // updates applied to the shard
@@ -65,8 +66,10 @@ struct PsReplyHeader {
   int64_t bound_wait_ns = 0; // held for the staleness bound / the synchronous round (waiting for peers)
   int64_t service_ns = 0;    // from arrival to reply, minus bound_wait_ns
   int64_t count = 0;         // parameter floats that follow
+  int64_t queued_ns = 0;     // from the worker's send to the server taking the request up: queueing behind
+                             // other workers' requests, plus the request's own time on the wire
 };
-static_assert(sizeof(PsReplyHeader) == 40);
+static_assert(sizeof(PsReplyHeader) == 48);
 
 // A request whose worker process cannot be reached (PsServer::retryUnreached): how often to look for its
 // process again, and when to drop it.
@@ -130,6 +133,7 @@ class PsServer {
     int64_t seq = 0;
     int64_t pulled_version = 0;
     int64_t arrived_ns = 0;   // monotonic
+  int64_t queued_ns = 0;    // before arrived_ns, since the worker sent it
     int64_t applied_version = 0;
     int64_t bound_since_ns = 0;  // when it started waiting for peers
     int64_t clock = 0;           // the worker's clock after this request
@@ -245,6 +249,7 @@ void PsServer::reply(const Pending& p, int64_t bound_wait_ns) {
   h.staleness = std::max<int64_t>(0, p.applied_version - p.pulled_version);
   h.bound_wait_ns = bound_wait_ns;
   h.service_ns = std::max<int64_t>(0, monoNs() - p.arrived_ns - bound_wait_ns);
+  h.queued_ns = p.queued_ns;
   h.count = int64_t(range_.count);
   std::vector<std::byte>& msg = replies_[size_t(p.worker)];
   msg.resize(sizeof h + range_.count * sizeof(float));
@@ -344,6 +349,8 @@ void PsServer::onRequest(int worker, std::span<const std::byte> msg) {
   p.seq = h.seq;
   p.pulled_version = h.pulled_version;
   p.arrived_ns = arrived;
+  // The sender's clock is read from the network: only a plausible delay (under an hour) counts.
+  if (h.sent_ns > 0 && h.sent_ns <= arrived && arrived - h.sent_ns < int64_t(3600) * 1'000'000'000) p.queued_ns = arrived - h.sent_ns;
   p.bound_since_ns = arrived;
   p.applied_version = version_;
   if (h.op == uint32_t(PsOp::kPushPull)) {
@@ -465,6 +472,8 @@ Status PsServer::run() {
                                               std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
   request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
   while (!ctx_.control.stopRequested()) {
+    // Waiting in progress() for the workers' requests is peer idle; handling them books itself.
+    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kIdlePeer);
     ctx_.transport.progress(deadlineIn(20ms));
     if (request_->isComplete()) {
       if (request_->status().isOk()) onRequest(request_->source(), std::span(request_buf_.data(), request_->receivedBytes()));
@@ -533,6 +542,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
     h.pulled_version = pulled_[size_t(s)];
     h.samples = push ? samples : 0;
     h.count = push ? int64_t(ranges_[size_t(s)].count) : 0;
+    h.sent_ns = monoNs();
     auto& buf = requests_[size_t(s)];
     std::memcpy(buf.data(), &h, sizeof h);
     size_t bytes = sizeof h;
@@ -550,7 +560,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
     ctx_.accounting.add(TimeCategory::kIdleServer, total);
     return st;
   }
-  int64_t bound_ns = 0, service_ns = 0, staleness = 0;
+  int64_t bound_ns = 0, service_ns = 0, queued_ns = 0, staleness = 0;
   for (int s = 0; s < shards; ++s) {
     PsReplyHeader h;
     std::memcpy(&h, replies_[size_t(s)].data(), sizeof h);
@@ -561,10 +571,16 @@ Status PsWorker::exchange(bool push, int64_t samples) {
     pulled_[size_t(s)] = h.version;
     bound_ns = std::max(bound_ns, h.bound_wait_ns);
     service_ns = std::max(service_ns, h.service_ns);
+    queued_ns = std::max(queued_ns, h.queued_ns);
     staleness = std::max(staleness, h.staleness);
   }
+  // Waiting behind other workers' requests is server idle. The request's own wire time (inside queued_ns)
+  // is transfer: a push carries as many floats as its reply, whose wire time is what the server did not
+  // account for; a pull's request is a header.
   const double idle_peer = std::min(total, seconds(bound_ns));
-  const double idle_server = std::min(total - idle_peer, seconds(service_ns));
+  const double reply_wire = std::max(0.0, total - seconds(bound_ns) - seconds(service_ns) - seconds(queued_ns));
+  const double queueing = std::max(0.0, seconds(queued_ns) - (push ? reply_wire : 0.0));
+  const double idle_server = std::min(total - idle_peer, seconds(service_ns) + queueing);
   ctx_.accounting.add(TimeCategory::kIdlePeer, idle_peer);
   ctx_.accounting.add(TimeCategory::kIdleServer, idle_server);
   ctx_.accounting.add(TimeCategory::kTransfer, total - idle_peer - idle_server);
@@ -606,6 +622,7 @@ Status PsWorker::run() {
   data::Batch batch;
   int64_t steps = 0;
   while (!timeUp(ctx_) && (ctx_.config.max_steps == 0 || steps < ctx_.config.max_steps)) {
+    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);  // the step's own bookkeeping
     const auto step_start = SteadyClock::now();
     {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);

@@ -134,6 +134,16 @@ double StrategyResult::idleFraction() const {
   return busy > 0 ? workers.idleSeconds() / busy : 0;
 }
 
+nlohmann::json StrategyResult::nodeSeconds() const {
+  nlohmann::json out;
+  for (const auto& [role, stats] : {std::pair{"workers", &workers}, std::pair{"servers", &servers}}) {
+    nlohmann::json j = {{"wall", stats->wall_seconds}};
+    for (int c = 0; c < kTimeCategories; ++c) j[timeCategoryName(TimeCategory(c))] = stats->seconds[size_t(c)];
+    out[role] = j;
+  }
+  return out;
+}
+
 nlohmann::json StrategyResult::recoveryEpisodes() const {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < recovery_seconds.size(); ++i)
@@ -148,6 +158,8 @@ nlohmann::json StrategyResult::toJson() const {
   nlohmann::json j = {{"kind", kind},
                       {"tta_seconds", tta_seconds ? nlohmann::json(*tta_seconds) : nlohmann::json(nullptr)},
                       {"reached_target", tta_seconds.has_value()},
+                      {"tta_sustained_seconds", tta_sustained_seconds ? nlohmann::json(*tta_sustained_seconds) : nlohmann::json(nullptr)},
+                      {"tta_resolution_s", tta_resolution_s},
                       {"final_accuracy", final_accuracy},
                       {"final_loss", final_loss},
                       {"steps", workers.steps},
@@ -164,6 +176,10 @@ nlohmann::json StrategyResult::toJson() const {
                       {"recovery_seconds", recovery_seconds},
                       {"recovery_episodes", recoveryEpisodes()},
                       {"longest_stall_seconds", longest_stall_seconds},
+                      {"paused_seconds", workers.seconds[int(TimeCategory::kPaused)]},
+                      {"accounting_residual", accounting_residual},
+                      {"accounting_residual_node", accounting_residual_node},
+                      {"node_seconds", nodeSeconds()},
                       {"faults_applied", faults_applied},
                       {"chaos_leaks", chaos_leaks},
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},

@@ -24,6 +24,7 @@
 #include "core/strategies/strategy.h"
 #include "experiments/run/node_config.h"
 #include "experiments/run/results.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed::run {
 namespace {
@@ -86,7 +87,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
   Status replace(const std::string& node) override {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return restartLocked(node);
   }
 
@@ -103,7 +104,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void chaosApplying(chaos::FaultKind kind, const std::string& node) {
     if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(kind));
     if (kind != chaos::FaultKind::kKill && kind != chaos::FaultKind::kPreempt) return;
-    std::lock_guard lock(exits_mu_);
+    MutexLock lock(exits_mu_);
     chaos_killed_.insert(node);
   }
 
@@ -130,18 +131,20 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   Status waitReady(const std::vector<std::string>& names, Deadline deadline);
   void onExit(const ExitInfo& info);
   void handleExits();
-  Status restartLocked(const std::string& node);
+  Status restartLocked(const std::string& node) CHAOSBED_REQUIRES(mu_);
   void checkReplacements();
   void readEvents();
   void handleEvent(const std::string& text);
   void requestStop(const std::string& reason);
   NodeStats collectStats(const std::string& role, int count) const;
+  // Sets result_.accounting_residual from the final report of every worker and server process.
+  void accountingResidual();
   NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
   void exportMetrics(const chaos::Controller* chaos_controller);
   int aliveCount() const;
   int64_t totalWorkerSteps() const;
-  // Carries out Supervision's decisions, in order; mu_ held.
-  void execute(const std::vector<control::Action>& actions);
+  // Carries out Supervision's decisions, in order.
+  void execute(const std::vector<control::Action>& actions) CHAOSBED_REQUIRES(mu_);
   void recordRecovery(double seconds, const std::string& cause) {
     result_.recovery_seconds.push_back(seconds);
     result_.recovery_causes.push_back(cause);
@@ -164,18 +167,23 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::unique_ptr<Launcher> launcher_;
   int64_t start_ns_ = 0;
 
-  mutable std::mutex bad_stats_mu_;
-  mutable std::set<std::string> bad_stats_;  // GUARDED_BY(bad_stats_mu_): stats keys already logged as malformed
+  mutable Mutex bad_stats_mu_;
+  mutable std::set<std::string> bad_stats_ CHAOSBED_GUARDED_BY(bad_stats_mu_);  // stats keys already logged as malformed
 
   // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
   // while calling the launcher (whose restart() waits for that thread).
-  std::mutex exits_mu_;
-  std::deque<ExitInfo> exits_;
-  std::set<std::string> chaos_killed_;
+  Mutex exits_mu_;
+  std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
+  std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
 
-  std::mutex mu_;  // guards the members below: the supervisor's and chaos's threads use them
-  std::unique_ptr<control::Supervision> supervision_;  // the decisions; this class carries them out
+  // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
+  // killed) both use them.
+  Mutex mu_;
+  std::unique_ptr<control::Supervision> supervision_ CHAOSBED_GUARDED_BY(mu_);
 
+  // The supervisor's thread only.
+  int streak_ = 0;            // consecutive evaluations at or above the target
+  double streak_start_s_ = 0;
   int64_t events_read_ = 0;
   bool stop_sent_ = false;
   StrategyResult result_;
@@ -200,7 +208,10 @@ Status Supervisor::prepare() {
   policy.elastic = strategy_.on_failure == spec::OnFailure::kElastic;
   policy.job_restart = strategy_.on_server_failure == spec::OnServerFailure::kJobRestart;
   policy.restart_after_crash_s = 0;  // a node that dies on its own comes back at once (plus its backoff)
-  supervision_ = std::make_unique<control::Supervision>(policy);
+  {
+    MutexLock lock(mu_);  // no other thread yet: for the analysis
+    supervision_ = std::make_unique<control::Supervision>(policy);
+  }
 
   std::error_code ec;
   fs::create_directories(dir_ + "/checkpoints", ec);
@@ -258,7 +269,7 @@ Status Supervisor::waitReady(const std::vector<std::string>& names, Deadline dea
 }
 
 void Supervisor::onExit(const ExitInfo& info) {
-  std::lock_guard lock(exits_mu_);
+  MutexLock lock(exits_mu_);
   exits_.push_back(info);
 }
 
@@ -268,7 +279,7 @@ Status Supervisor::restartLocked(const std::string& node) {
   const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
   if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
   {
-    std::lock_guard exits_lock(exits_mu_);
+    MutexLock exits_lock(exits_mu_);
     chaos_killed_.erase(node);
   }
   if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
@@ -307,7 +318,7 @@ void Supervisor::handleExits() {
   std::deque<ExitInfo> exits;
   std::set<std::string> chaos_killed;
   {
-    std::lock_guard lock(exits_mu_);
+    MutexLock lock(exits_mu_);
     exits.swap(exits_);
     chaos_killed = chaos_killed_;
   }
@@ -321,7 +332,7 @@ void Supervisor::handleExits() {
     exit.clean = !e.signaled && e.code == 0;
     exit.lifetime_s = std::chrono::duration<double>(e.lifetime).count();
     const int64_t steps = totalWorkerSteps();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const double t = now();
     auto actions = supervision_->onExit(exit, t, steps);
     if (!supervision_->isDown(*id) || e.requested) continue;  // not a failure (finished, stopped on purpose)
@@ -333,7 +344,7 @@ void Supervisor::handleExits() {
 }
 
 void Supervisor::checkReplacements() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const control::NodeId& node : supervision_->restartsDue(now()))
     if (!launcher_->running(node.name()))
       if (Status s = restartLocked(node.name()); !s.isOk()) LOG(ERROR) << "restarting " << node.name() << ": " << s.toString();
@@ -354,7 +365,7 @@ void Supervisor::requestStop(const std::string& reason) {
   result_.stop_reason = reason;
   result_.wall_seconds = now();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     supervision_->onStop(result_.wall_seconds);
   }
   (void)ctx_.store->set(keys_.stop(), reason);
@@ -396,13 +407,21 @@ void Supervisor::handleEvent(const std::string& text) {
     result_.final_accuracy = p.accuracy;
     result_.final_loss = p.loss;
     if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
-    if (!result_.tta_seconds && p.accuracy >= spec_.training.target_accuracy) {
-      result_.tta_seconds = p.time_s;
-      if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
-      requestStop("target");
+    if (p.accuracy < spec_.training.target_accuracy) {
+      streak_ = 0;
+    } else {
+      if (streak_++ == 0) streak_start_s_ = p.time_s;
+      if (!result_.tta_seconds) {
+        result_.tta_seconds = p.time_s;
+        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
+      }
+      if (streak_ >= spec_.training.sustained_evals && !result_.tta_sustained_seconds) {
+        result_.tta_sustained_seconds = streak_start_s_;
+        requestStop("target");
+      }
     }
   } else if (type == "recovered") {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     execute(supervision_->onRecoveredEvent(number(e, "t", now())));
   } else if (type == "failure_detected") {
     // A member waits for a newer generation; Supervision decides whether an exit explains it (onTick).
@@ -411,7 +430,7 @@ void Supervisor::handleEvent(const std::string& text) {
     if (node && generation >= 0) {
       std::string what = e.value("reason", "") + ": " + e.value("error", "");
       if (what.size() > 200) what = what.substr(0, 200) + "...";
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       supervision_->onCollectiveFailure(*node, int64_t(generation), now(), what);
     }
   } else if (type == "error") {
@@ -433,10 +452,32 @@ NodeStats Supervisor::nodeStats(const std::string& name) const {
       continue;
     }
     // Ignored (a report never counts in part); logged once per key, not at every poll.
-    std::lock_guard lock(bad_stats_mu_);
+    MutexLock lock(bad_stats_mu_);
     if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
   }
   return total;
+}
+
+void Supervisor::accountingResidual() {
+  for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id || control::roleName(id->role) == std::string("evaluator")) continue;
+    for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
+      auto v = ctx_.store->get(keys_.stats(name, inc), deadlineIn(1s));
+      if (!v.isOk()) continue;
+      auto stats = NodeStats::decode(*v);
+      if (!stats.isOk() || !stats->final_report || stats->wall_seconds <= 0) continue;
+      VLOG(1) << strategy_.label << ": " << name << "#" << inc << ": wall " << stats->wall_seconds << " s, booked "
+              << stats->toJson()["seconds"].dump();
+      if (const double r = stats->residualFraction(); r >= result_.accounting_residual) {
+        result_.accounting_residual = r;
+        result_.accounting_residual_node = name + "#" + std::to_string(inc);
+      }
+    }
+  }
+  if (result_.accounting_residual > 0.01)
+    LOG(WARNING) << strategy_.label << ": " << result_.accounting_residual_node << " booked its wall time with a residual of "
+                 << 100 * result_.accounting_residual << "% (wall - the sum of its categories)";
 }
 
 NodeStats Supervisor::collectStats(const std::string& role, int count) const {
@@ -476,6 +517,7 @@ int Supervisor::aliveCount() const {
 Result<StrategyResult> Supervisor::run() {
   result_.label = strategy_.label;
   result_.kind = spec::name(strategy_.kind);
+  result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
   CHAOSBED_RETURN_IF_ERROR(prepare());
   CHAOSBED_RETURN_IF_ERROR(launchAll());
   CHAOSBED_RETURN_IF_ERROR(waitReady(names_, deadlineIn(120s)));
@@ -503,7 +545,7 @@ Result<StrategyResult> Supervisor::run() {
   }
 
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     execute(supervision_->start());
   }
   // Every series exists, at zero, before the first step: Prometheus's rate() takes a counter's first scraped
@@ -526,7 +568,7 @@ Result<StrategyResult> Supervisor::run() {
     checkReplacements();
     readEvents();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       execute(supervision_->onTick(now()));
     }
     const double t = now();
@@ -536,7 +578,6 @@ Result<StrategyResult> Supervisor::run() {
     for (int i = 0; i < workers_; ++i)
       if (launcher_->running(nodeName("worker", i))) running_workers.insert(i);
     const bool any_worker = !running_workers.empty();
-    std::optional<double> first_steps_t;
     if (SteadyClock::now() - last_progress >= 500ms) {
       const NodeStats w = collectStats("worker", workers_);
       if (chaos_controller)
@@ -544,7 +585,7 @@ Result<StrategyResult> Supervisor::run() {
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
       if (w.steps > last_steps) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         execute(supervision_->onProgress(w.steps, t));
         last_advance_t = t;
       } else if (!stop_sent_) {
@@ -569,7 +610,7 @@ Result<StrategyResult> Supervisor::run() {
     if (!any_worker && !stop_sent_) {
       std::optional<std::string> ended;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         ended = supervision_->workersEnded(running_workers);
       }
       if (ended) requestStop(*ended);
@@ -591,10 +632,11 @@ Result<StrategyResult> Supervisor::run() {
   readEvents();
   result_.workers = collectStats("worker", workers_);
   result_.servers = collectStats("ps", servers_);
+  accountingResidual();
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     execute(supervision_->onProgress(result_.workers.steps, result_.wall_seconds));
     result_.failures = supervision_->failures();
   }

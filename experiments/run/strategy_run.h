@@ -46,7 +46,9 @@ struct EvalPoint {
 struct StrategyResult {
   std::string label;
   std::string kind;  // "mirrored" | "parameter_server"
-  std::optional<double> tta_seconds;
+  std::optional<double> tta_seconds;            // the first evaluation at or above the target
+  std::optional<double> tta_sustained_seconds;  // the first of sustained_evals consecutive ones
+  double tta_resolution_s = 0;                  // how late a TTA can be: the snapshot interval
   double final_accuracy = 0;
   double final_loss = 0;
   double wall_seconds = 0;   // start of training to stop
@@ -59,6 +61,10 @@ struct StrategyResult {
   // The longest stretch of training time in which the workers completed no step (checked every 500 ms, so
   // to that resolution): a stall shows here whatever its cause.
   double longest_stall_seconds = 0;
+  // The worst |wall - booked| / wall over the final reports of worker and server processes (a process killed
+  // mid-interval sends none), and which process it was ("worker-1#0": node and incarnation).
+  double accounting_residual = 0;
+  std::string accounting_residual_node;
   int faults_applied = 0;
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;
@@ -70,6 +76,8 @@ struct StrategyResult {
   double idleFraction() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
+  // Per role, the node-seconds of wall time and of each category, summed over every process.
+  nlohmann::json nodeSeconds() const;
 };
 
 // What one line of live progress shows.

@@ -155,7 +155,8 @@ void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
 void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   ConfigNode n = root.child("training");
   n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
-               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps", "collective_timeout_s"});
+               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps", "collective_timeout_s",
+               "sustained_evals"});
   t->batch_per_worker = n.optional<int>("batch_per_worker", t->batch_per_worker, Range::closed(1, 1 << 16));
   t->learning_rate = n.optional<double>("learning_rate", t->learning_rate, Range::positive());
   t->momentum = n.optional<double>("momentum", t->momentum, Range{0, 1, false, true});
@@ -164,6 +165,7 @@ void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   t->target_accuracy = n.optional<double>("target_accuracy", t->target_accuracy, Range{0, 1, true, false});
   t->time_limit_s = n.optional<double>("time_limit_s", t->time_limit_s, Range::positive());
   t->eval_interval_s = n.optional<double>("eval_interval_s", t->eval_interval_s, Range::positive());
+  t->sustained_evals = n.optional<int>("sustained_evals", t->sustained_evals, Range::closed(1, 100));
   t->checkpoint_interval_s = n.optional<double>("checkpoint_interval_s", t->checkpoint_interval_s, Range::positive());
   t->max_steps = n.nullable<int64_t>("max_steps", std::nullopt, Range::atLeast(1));
   t->collective_timeout_s = n.optional<double>("collective_timeout_s", t->collective_timeout_s, Range::closed(0.1, 86400));
@@ -328,7 +330,7 @@ std::optional<SweepSpec> parseSweep(const ConfigNode& root, int64_t seed) {
     SweepAxis axis{path, {}};
     for (const ConfigNode& v : values.items()) axis.values.push_back(valueText(v.yaml()));
     if (axis.values.empty()) values.error("needs at least one value");
-    if (std::any_of(sweep.grid.begin(), sweep.grid.end(), [&](const SweepAxis& a) { return a.path == path; }))
+    if (std::any_of(sweep.grid.begin(), sweep.grid.end(), [&](const SweepAxis& a) { return a.path == axis.path; }))
       values.error("the grid varies this path twice");
     sweep.grid.push_back(std::move(axis));
   }
@@ -540,6 +542,7 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitDouble(e, "target_accuracy", t.target_accuracy);
   emitDouble(e, "time_limit_s", t.time_limit_s);
   emitDouble(e, "eval_interval_s", t.eval_interval_s);
+  emitInt(e, "sustained_evals", t.sustained_evals);
   emitDouble(e, "checkpoint_interval_s", t.checkpoint_interval_s);
   emitDouble(e, "collective_timeout_s", t.collective_timeout_s);
   e << YAML::Key << "max_steps" << YAML::Value;

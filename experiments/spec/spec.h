@@ -10,7 +10,7 @@
 //   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
 //         # synthetic: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
 //   training: {batch_per_worker, learning_rate, momentum, weight_decay, seed, target_accuracy, time_limit_s,
-//              eval_interval_s, checkpoint_interval_s, max_steps, collective_timeout_s}
+//              eval_interval_s, sustained_evals, checkpoint_interval_s, max_steps, collective_timeout_s}
 //   strategies:                            # required, at least one; labels unique
 //     - {name: mirrored, label: m, on_failure: restart|elastic, backup_workers: 0, checkpoint_on_notice: false}
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
@@ -99,6 +99,9 @@ struct TrainingSpec {
   double target_accuracy = 0.85;       // (0, 1]
   double time_limit_s = 300;
   double eval_interval_s = 1.0;
+  // The target counts as reached (and the run stops) at the k-th consecutive evaluation at or above it;
+  // tta_sustained_seconds is the first of those k. tta_seconds stays the first crossing.
+  int sustained_evals = 3;                // [1, 100]
   double checkpoint_interval_s = 5.0;
   std::optional<int64_t> max_steps;    // per worker; none = until the target or the time limit
   // A collective (or a PS round trip) that makes no progress this long fails with Timeout: a paused or

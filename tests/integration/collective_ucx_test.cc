@@ -219,7 +219,7 @@ TEST(CollectiveUcx, StoppedMemberTripsTheDeadline) {
 TEST(CollectiveUcx, CommunicatorRebuiltFromSurvivorsIsCorrect) {
   const int ranks = 4, victim = 3;
   MultiProcess mp;
-  ASSERT_TRUE(mp.spawnAll(ranks, [victim](ChildContext& c) {
+  ASSERT_TRUE(mp.spawnAll(ranks, [](ChildContext& c) {
     auto t = makeTransport(c);
     auto comm = worldCommunicator(t.get());
     if (!comm.isOk()) return c.fail(comm.status().toString());

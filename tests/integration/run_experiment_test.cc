@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -72,6 +73,32 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   EXPECT_NE(events.find("\"eval\""), std::string::npos);
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes outlived the run";
 
+  // The run stopped at the target sustained over 3 evaluations (the default): tta_sustained_seconds is the
+  // first of 3 consecutive evaluations at or above 0.8, and tta_seconds the first one at all.
+  for (const auto& [label, s] : summary["strategies"].items()) {
+    SCOPED_TRACE(label);
+    EXPECT_EQ(s["tta_resolution_s"].get<double>(), 0.5);
+    ASSERT_FALSE(s["tta_sustained_seconds"].is_null()) << s.dump(2);
+    const double first = s["tta_seconds"].get<double>(), sustained = s["tta_sustained_seconds"].get<double>();
+    EXPECT_GE(sustained, first);
+    std::vector<std::pair<double, double>> evals;  // (snapshot_t, accuracy) of this strategy
+    std::istringstream lines(events);
+    for (std::string line; std::getline(lines, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_object() && e.value("type", "") == "eval" && e.value("strategy", "") == label)
+        evals.emplace_back(e["snapshot_t"].get<double>(), e["accuracy"].get<double>());
+    }
+    std::sort(evals.begin(), evals.end());
+    size_t at = 0;
+    while (at < evals.size() && evals[at].first != sustained) ++at;
+    ASSERT_LE(at + 3, evals.size()) << "no 3 evaluations from " << sustained;
+    for (size_t i = at; i < at + 3; ++i) EXPECT_GE(evals[i].second, 0.8) << "evaluation at " << evals[i].first;
+    if (at > 0) EXPECT_LT(evals[at - 1].second, 0.8) << "the streak began earlier";
+    auto crossing = std::find_if(evals.begin(), evals.end(), [](const auto& e) { return e.second >= 0.8; });
+    ASSERT_NE(crossing, evals.end());
+    EXPECT_EQ(crossing->first, first);
+  }
+
   // A second run into the same directory is refused (usage, exit 2) and leaves the first one's files alone.
   std::map<std::string, std::string> before;
   for (const auto& e : fs::recursive_directory_iterator(out))
@@ -86,6 +113,54 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   for (const auto& e : fs::recursive_directory_iterator(out))
     if (e.is_regular_file()) after[e.path().string()] = readFile(e.path().string());
   EXPECT_TRUE(before == after) << "the refused run changed the first run's files";
+}
+
+// A pause of known length: the paused worker books it once, as paused; its peer books it as peer idle; and
+// each process's categories add up to its wall time (accounting_residual).
+TEST(RunExperiment, APauseOfKnownLengthIsBookedOnceAsPausedAndAsPeerIdle) {
+  const std::string out = testing::makeTempDir("run-pause");
+  ASSERT_FALSE(out.empty());
+  const std::string spec = out + ".yaml";
+  {
+    std::ofstream f(spec);
+    f << R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: pause-accounting}
+seed: 3
+cluster: {workers: 2, servers: 1, cpu_per_node: 0, transport: ucx, hosts: local}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training:
+  batch_per_worker: 32
+  learning_rate: 0.1
+  momentum: 0.9
+  target_accuracy: 0.999   # never reached: the run lasts its time limit
+  time_limit_s: 6
+  eval_interval_s: 0.5
+  checkpoint_interval_s: 10
+strategies:
+  - {name: mirrored, on_failure: restart}
+  - {name: parameter_server}
+chaos:
+  faults:
+    - {name: pause-1, action: pause, target: {role: worker, index: 1}, at_s: 1.0, duration_s: 2}
+)";
+  }
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const auto& s = summary["strategies"][label];
+    EXPECT_NEAR(s["paused_seconds"].get<double>(), 2.0, 0.2) << s.dump(2);
+    EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"] << "\n" << s.dump(2);
+  }
+  // Mirrored's other worker waits out the pause at the next all-reduce (plus its usual waits: at least 90%
+  // of the pause; any double booking would show in the residual).
+  const auto& m = summary["strategies"]["mirrored"];
+  EXPECT_GE(m["node_seconds"]["workers"]["peer"].get<double>(), 1.8) << m.dump(2);
 }
 
 TEST(RunExperiment, InterruptKeepsWhatWasMeasured) {

@@ -73,6 +73,7 @@ TEST_P(CollectiveFailure, EndsInANewGenerationARecoveryAndTheTarget) {
   EXPECT_EQ(s["stop_reason"], "target");
   EXPECT_EQ(s["chaos_leaks"].get<int64_t>(), 0);
   EXPECT_GE(s["faults_applied"].get<int>(), 1);  // a link fault is applied at both ends
+  EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
 
   std::vector<json> events;
   std::istringstream lines(testing::readFile(out + "/events.jsonl"));

@@ -162,6 +162,8 @@ class StrategyRecovery : public ::testing::TestWithParam<Policy> {
 
     EXPECT_EQ(s["faults_applied"].get<int>(), 1);
     EXPECT_EQ(s["chaos_leaks"].get<int64_t>(), 0);
+    // Every process that finished booked each instant of its wall time exactly once.
+    EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
     auto applied = run.all("chaos.applied", killed);
     ASSERT_EQ(applied.size(), 1u) << "the kill of " << killed << " was not applied";
     EXPECT_EQ(applied[0]["kind"], "kill");

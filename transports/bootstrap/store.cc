@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed {
 namespace {
@@ -511,7 +512,7 @@ class TcpStore final : public Store {
     if (key.size() + operand.size() + 5 > kMaxFrame) return Status::invalidArgument(what + ": request over 64 MiB");
     FileDescriptor fd;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (server_lost_) return Status::unavailable(what + ": connection to the store server was lost");
       if (!idle_.empty()) {
         fd = std::move(idle_.back());
@@ -542,7 +543,7 @@ class TcpStore final : public Store {
     if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(payload)), deadline); !s.isOk())
       return s.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + s.message()) : lost(what, s);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       idle_.push_back(std::move(fd));
     }
     switch (static_cast<Code>(header[4])) {
@@ -555,7 +556,7 @@ class TcpStore final : public Store {
 
   // The server is gone (refused, reset, EOF): every later call fails at once, without reconnecting.
   Status lost(const std::string& what, const Status& why) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     server_lost_ = true;
     idle_.clear();
     return Status::unavailable(what + ": " + why.message());
@@ -564,9 +565,9 @@ class TcpStore final : public Store {
   const net::HostPort server_;
   const Secret secret_;
   const std::chrono::milliseconds op_timeout_;
-  std::mutex mu_;
-  std::vector<FileDescriptor> idle_;  // GUARDED_BY(mu_)
-  bool server_lost_ = false;          // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<FileDescriptor> idle_ CHAOSBED_GUARDED_BY(mu_);
+  bool server_lost_ CHAOSBED_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

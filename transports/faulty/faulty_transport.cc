@@ -36,24 +36,24 @@ Result<int> FaultyTransport::addRule(FaultRule rule) {
     return Status::invalidArgument("faulty: rule peer " + std::to_string(rule.peer) + " is outside [0, " +
                                    std::to_string(size()) + ")");
   if (rule.times == 0) return Status::invalidArgument("faulty: a rule must fire at least once (times = 0)");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int id = next_id_++;
   rules_.push_back(Entry{id, std::move(rule)});
   return id;
 }
 
 void FaultyTransport::removeRule(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::erase_if(rules_, [id](const Entry& e) { return e.id == id; });
 }
 
 void FaultyTransport::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   rules_.clear();
 }
 
 uint64_t FaultyTransport::fired() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return fired_;
 }
 
@@ -73,7 +73,7 @@ Result<int> FaultyTransport::failNextCollectiveStep(Status status) {
 
 void FaultyTransport::breakPeer(int peer, const std::string& message) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++fired_;
   }
   inner_->failPeer(peer, Status::peerLost(peer, message));
@@ -97,7 +97,7 @@ std::optional<FaultRule> FaultyTransport::match(bool is_send, int peer, Tag tag)
 RequestPtr FaultyTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
   std::optional<FaultRule> rule;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     rule = match(/*is_send=*/true, peer, tag);
   }
   if (!rule) return inner_->isend(peer, tag, data);
@@ -108,7 +108,7 @@ RequestPtr FaultyTransport::isend(int peer, Tag tag, std::span<const std::byte> 
 RequestPtr FaultyTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
   std::optional<FaultRule> rule;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     rule = match(/*is_send=*/false, peer, tag);
   }
   if (!rule) return inner_->irecv(peer, tag, data);

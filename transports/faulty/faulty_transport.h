@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "transports/transport.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed {
 
@@ -89,13 +90,13 @@ class FaultyTransport final : public Transport {
     uint64_t fired = 0;
   };
   // The rule that fires on this operation, if any (copied out), updating the counters. Requires mu_.
-  std::optional<FaultRule> match(bool is_send, int peer, Tag tag);
+  std::optional<FaultRule> match(bool is_send, int peer, Tag tag) CHAOSBED_REQUIRES(mu_);
 
   std::unique_ptr<Transport> inner_;
-  mutable std::mutex mu_;
-  std::vector<Entry> rules_;  // GUARDED_BY(mu_)
-  int next_id_ = 1;           // GUARDED_BY(mu_)
-  uint64_t fired_ = 0;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<Entry> rules_ CHAOSBED_GUARDED_BY(mu_);
+  int next_id_ CHAOSBED_GUARDED_BY(mu_) = 1;
+  uint64_t fired_ CHAOSBED_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace chaosbed

@@ -172,7 +172,7 @@ NcclCommunicator::NcclCommunicator(int rank, int size, uint64_t epoch, int devic
     : rank_(rank), size_(size), epoch_(epoch), device_(device), stream_(stream), comm_(comm) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ScopedDevice scoped(device_);
   if (comm_ != nullptr) {
     const std::string what = "nccl finalize (" + describe(rank_, size_, epoch_, device_) + ")";
@@ -193,12 +193,12 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 Status NcclCommunicator::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return failure_;
 }
 
 void NcclCommunicator::abort(const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   abortLocked(why);
 }
 
@@ -237,7 +237,7 @@ Status NcclCommunicator::waitStream(const char* op, Deadline deadline) {
     if (interrupt_)
       if (Status verdict = interrupt_(); !verdict.isOk()) abort(verdict);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!failure_.isOk()) return failure_.withContext(op);
       // The collective is enqueued once the communicator is no longer in progress; then the stream runs it.
       ncclResult_t state = ncclInProgress;
@@ -268,7 +268,7 @@ Status NcclCommunicator::waitStream(const char* op, Deadline deadline) {
 Status NcclCommunicator::run(const char* op, const std::function<ncclResult_t(ncclComm_t)>& enqueue,
                              Deadline deadline) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!failure_.isOk()) return failure_.withContext(op);
     ScopedDevice scoped(device_);
     // Arguments were checked before; an error here leaves the communicator in an error state, so abort it.
@@ -282,7 +282,7 @@ Status NcclCommunicator::run(const char* op, const std::function<ncclResult_t(nc
 
 Status NcclCommunicator::allreduce(const float* send, float* recv, size_t count, Deadline deadline) {
   constexpr const char* kOp = "nccl allreduce";
-  std::lock_guard<std::mutex> op_lock(op_mu_);
+  MutexLock op_lock(op_mu_);
   if (Status s = status(); !s.isOk()) return s.withContext(kOp);
   if (count == 0) return Status::ok();
   CHAOSBED_RETURN_IF_ERROR(checkBuffer(kOp, "send", send));
@@ -293,7 +293,7 @@ Status NcclCommunicator::allreduce(const float* send, float* recv, size_t count,
 
 Status NcclCommunicator::broadcast(const float* send, float* recv, size_t count, int root, Deadline deadline) {
   constexpr const char* kOp = "nccl broadcast";
-  std::lock_guard<std::mutex> op_lock(op_mu_);
+  MutexLock op_lock(op_mu_);
   if (Status s = status(); !s.isOk()) return s.withContext(kOp);
   if (root < 0 || root >= size_)
     return Status::invalidArgument(std::string(kOp) + ": root " + std::to_string(root) + " not in [0, " +

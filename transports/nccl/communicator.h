@@ -43,6 +43,7 @@
 #include "transports/bootstrap/store.h"
 #include "transports/status.h"
 #include "transports/transport.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed::nccl {
 
@@ -109,7 +110,7 @@ class NcclCommunicator {
   // Polls the stream and the communicator until the enqueued collective completes, fails or times out.
   Status waitStream(const char* op, Deadline deadline);
   // Aborts the communicator with `why` unless already failed. Requires mu_.
-  void abortLocked(const Status& why);
+  void abortLocked(const Status& why) CHAOSBED_REQUIRES(mu_);
 
   const int rank_;
   const int size_;
@@ -117,10 +118,10 @@ class NcclCommunicator {
   const int device_;
   const cudaStream_t stream_;
 
-  std::mutex op_mu_;           // serialises collectives
-  mutable std::mutex mu_;      // guards comm_ and failure_; held only for short NCCL/CUDA calls
-  ncclComm_t comm_;            // GUARDED_BY(mu_); null once aborted or destroyed
-  Status failure_;             // GUARDED_BY(mu_); sticky
+  Mutex op_mu_;           // serialises collectives
+  mutable Mutex mu_;      // guards comm_ and failure_; held only for short NCCL/CUDA calls
+  ncclComm_t comm_ CHAOSBED_GUARDED_BY(mu_);  // null once aborted or destroyed
+  Status failure_ CHAOSBED_GUARDED_BY(mu_);  // sticky
   std::function<Status()> interrupt_;
 };
 

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "transports/nccl/communicator.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed::nccl {
 namespace {
@@ -115,9 +116,9 @@ Result<int> probeDeviceCount() {
 }  // namespace
 
 Result<int> cudaDeviceCount() {
-  static std::mutex mu;
-  static std::optional<Result<int>> cached;  // GUARDED_BY(mu)
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;
+  static std::optional<Result<int>> cached CHAOSBED_GUARDED_BY(mu);
+  MutexLock lock(mu);
   if (!cached) cached.emplace(probeDeviceCount());
   return *cached;
 }

@@ -89,7 +89,7 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
   conn->peer = peer;
   conn->incarnation = peer_incarnation;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     conns_.push_back(std::move(conn));
   }
   wake();
@@ -97,7 +97,7 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
 }
 
 void ControlMesh::sayGoodbye() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const char bye = 'B';
   for (auto& c : conns_) {
     ssize_t n = ::send(c->fd.get(), &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -106,7 +106,7 @@ void ControlMesh::sayGoodbye() {
 }
 
 bool ControlMesh::alive(int peer, uint64_t incarnation) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& c : conns_)
     if (c->peer == peer && c->incarnation == incarnation) return true;
   return false;
@@ -131,7 +131,7 @@ void ControlMesh::loop() {
     fds.push_back({listener_.get(), POLLIN, 0});
     Deadline next = Deadline::max();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (auto& c : conns_) {
         fds.push_back({c->fd.get(), POLLIN, 0});
         polled.push_back(c.get());
@@ -157,7 +157,7 @@ void ControlMesh::loop() {
         auto conn = std::make_unique<Conn>();
         conn->fd = std::move(fd).value();
         conn->hello_deadline = SteadyClock::now() + kHelloTimeout;
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         conns_.push_back(std::move(conn));
       }
     }
@@ -202,7 +202,7 @@ void ControlMesh::loop() {
             }
             int peer = static_cast<int>(net::loadU32(c->hello.data()));
             uint64_t inc = net::loadU64(c->hello.data() + 4);
-            std::lock_guard lock(mu_);
+            MutexLock lock(mu_);
             c->peer = peer;
             c->incarnation = inc;
             c->hello_deadline = Deadline::max();
@@ -216,7 +216,7 @@ void ControlMesh::loop() {
       closed.push_back(c);
     }
     if (!closed.empty()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       std::erase_if(conns_, [&](const std::unique_ptr<Conn>& c) {
         return std::find(closed.begin(), closed.end(), c.get()) != closed.end();
       });

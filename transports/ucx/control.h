@@ -25,6 +25,7 @@
 #include "transports/bootstrap/secret.h"
 #include "transports/status.h"
 #include "transports/transport.h"
+#include "transports/thread_annotations.h"
 
 namespace chaosbed::ucx {
 
@@ -74,8 +75,8 @@ class ControlMesh {
   const net::HostPort address_;
   net::FileDescriptor wake_;
   const LostFn on_lost_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Conn>> conns_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<Conn>> conns_ CHAOSBED_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

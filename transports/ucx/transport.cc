@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
+#include "transports/thread_annotations.h"
 #include "transports/ucx/control.h"
 
 namespace chaosbed {
@@ -81,7 +82,7 @@ struct Op {
   bool is_send = false;
   int peer = kAnyPeer;
   size_t capacity = 0;
-  // Guarded by the transport's worker_mu_:
+  // Guarded by the transport's worker_mu_ (a comment: the analysis cannot name another object's lock here):
   void* ucx_req = nullptr;       // UCX's request while UCX holds the operation
   bool posted = false;           // the *_nbx call returned
   bool ucx_done = false;         // UCX reported completion
@@ -114,7 +115,7 @@ class UcxTransport final : public Transport {
  public:
   UcxTransport(Store& store, const UcxOptions& options, uint64_t incarnation)
       : store_(store), options_(options), rank_(options.rank), size_(options.size), incarnation_(incarnation),
-        peers_(options.size) {}
+        peers_(options.size), eps_(size_t(options.size), nullptr), failures_(size_t(options.size)) {}
 
   ~UcxTransport() override { shutdown(); }
 
@@ -138,25 +139,23 @@ class UcxTransport final : public Transport {
 
   // A peer this rank does not talk to unless asked: it reads as lost until reconnect() reaches it.
   void leaveUnconnected(int peer) {
-    std::lock_guard lock(worker_mu_);
+    MutexLock lock(worker_mu_);
     markFailed(peer, Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " not connected; reconnect() to reach it"),
                /*routine=*/true);
   }
-  void cancelOp(const OpPtr& op);
+  void cancelOp(const OpPtr& op) CHAOSBED_EXCLUDES(worker_mu_);
   // UCX still holds the operation (its buffer), although its request may have completed.
-  bool held(const Op& op) {
-    std::lock_guard lock(worker_mu_);
+  bool held(const Op& op) CHAOSBED_EXCLUDES(worker_mu_) {
+    MutexLock lock(worker_mu_);
     return op.ucx_req != nullptr && !op.ucx_done;
   }
-  void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info);
+  void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info) CHAOSBED_REQUIRES(worker_mu_);
 
  private:
   struct Peer {
-    ucp_ep_h ep = nullptr;                    // GUARDED_BY(worker_mu_)
     std::atomic<uint64_t> incarnation{0};     // the incarnation the endpoint talks to; 0 before connect
     std::atomic<uint64_t> lost_incarnation{0};  // the last incarnation found dead (control mesh EOF, or
                                                 // unreachable when connecting): reconnect() wants a later one
-    Status failure;                           // GUARDED_BY(state_mu_)
   };
 
   OpPtr makeOp(bool is_send, int peer, size_t capacity) {
@@ -177,14 +176,15 @@ class UcxTransport final : public Transport {
     return std::make_unique<UcxRequest>(std::move(op));
   }
   Status checkPost(int peer, Tag tag, bool allow_any) const;
-  Status outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info);
-  void postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info);
-  void progressLocked();
+  Status outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info) CHAOSBED_REQUIRES(worker_mu_);
+  void postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info)
+      CHAOSBED_REQUIRES(worker_mu_);
+  void progressLocked() CHAOSBED_REQUIRES(worker_mu_);
   // Sets the sticky failure (false when the peer had failed already); `routine` only lowers the log level.
-  bool markFailed(int peer, const Status& why, bool routine = false);
+  bool markFailed(int peer, const Status& why, bool routine = false) CHAOSBED_EXCLUDES(state_mu_);
   // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
-  void sweepLocked(int peer, bool crashed = true);
-  void closeEndpointLocked(int peer);
+  void sweepLocked(int peer, bool crashed = true) CHAOSBED_REQUIRES(worker_mu_);
+  void closeEndpointLocked(int peer) CHAOSBED_REQUIRES(worker_mu_);
   // The process that the peer's endpoint talks to is known to be gone (or was never reached).
   bool peerGone(int peer) const;
   void onControlLost(int peer, uint64_t incarnation, bool orderly);
@@ -205,13 +205,18 @@ class UcxTransport final : public Transport {
   net::FileDescriptor wake_fd_;  // failPeer wakes sleepers in progress() through it
   std::unique_ptr<ControlMesh> mesh_;
 
-  std::mutex worker_mu_;                              // serialises the UCP worker (UCS_THREAD_MODE_SERIALIZED)
+  // Lock order: worker_mu_, then state_mu_, then the control mesh's lock (ControlMesh::alive); the mesh
+  // calls onControlLost with no lock of its own held. UCX callbacks run under worker_mu_ (inside
+  // ucp_worker_progress) and take state_mu_ only.
+  Mutex worker_mu_;  // serialises the UCP worker (UCS_THREAD_MODE_SERIALIZED)
   std::vector<Peer> peers_;
-  std::unordered_map<Op*, OpPtr> pending_;            // GUARDED_BY(worker_mu_): operations UCX holds
-  std::vector<void*> closing_;                        // GUARDED_BY(worker_mu_): endpoint close requests
-  std::vector<std::pair<int, Status>> deferred_fail_; // GUARDED_BY(worker_mu_): failures seen in callbacks
+  std::vector<ucp_ep_h> eps_ CHAOSBED_GUARDED_BY(worker_mu_);                       // by peer; null when closed
+  std::unordered_map<Op*, OpPtr> pending_ CHAOSBED_GUARDED_BY(worker_mu_);          // operations UCX holds
+  std::vector<void*> closing_ CHAOSBED_GUARDED_BY(worker_mu_);                      // endpoint close requests
+  std::vector<std::pair<int, Status>> deferred_fail_ CHAOSBED_GUARDED_BY(worker_mu_);  // seen in callbacks
 
-  mutable std::mutex state_mu_;
+  mutable Mutex state_mu_ CHAOSBED_ACQUIRED_AFTER(worker_mu_);
+  std::vector<Status> failures_ CHAOSBED_GUARDED_BY(state_mu_);  // by peer: the sticky status, OK while usable
   std::atomic<uint64_t> failure_count_{0};
   std::atomic<uint64_t> completions_{0};
 };
@@ -223,12 +228,15 @@ void UcxRequest::cancel() {
   op_->transport->cancelOp(op_);
 }
 
-void onSendDone(void* req, ucs_status_t st, void* user) {
+// UCX runs these inside ucp_worker_progress or a *_nbx call, where the transport holds worker_mu_; the
+// analysis cannot see through UCX, hence the opt-out.
+void onSendDone(void* req, ucs_status_t st, void* user) CHAOSBED_NO_THREAD_SAFETY_ANALYSIS {
   auto* op = static_cast<Op*>(user);
   op->transport->onUcxDone(op, req, st, nullptr);
 }
 
-void onRecvDone(void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
+void onRecvDone(void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user)
+    CHAOSBED_NO_THREAD_SAFETY_ANALYSIS {
   auto* op = static_cast<Op*>(user);
   op->transport->onUcxDone(op, req, st, info);
 }
@@ -329,16 +337,16 @@ Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline de
   if (published != nullptr) *published = true;
   uint64_t previous;
   {
-    std::lock_guard lock(worker_mu_);
+    MutexLock lock(worker_mu_);
     closeEndpointLocked(peer);
     Peer& p = peers_[peer];
     ucp_ep_params_t ep_params{};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep_params.address = reinterpret_cast<const ucp_address_t*>(record.worker_address.data());
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // see the header: peer loss comes from the control mesh
-    if (ucs_status_t st = ucp_ep_create(worker_, &ep_params, &p.ep); st != UCS_OK) {
+    if (ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[size_t(peer)]); st != UCS_OK) {
       // A dead process's record: its shared-memory segments are gone (shmat fails), its sockets refuse.
-      p.ep = nullptr;
+      eps_[size_t(peer)] = nullptr;
       p.lost_incarnation.store(record.incarnation);
       return Status::peerLost(peer, "ucx: ucp_ep_create to rank " + std::to_string(peer) + " (incarnation " +
                                         std::to_string(record.incarnation) + "): " + ucsText(st));
@@ -362,7 +370,7 @@ Status UcxTransport::connectPeer(int peer, uint64_t min_incarnation, Deadline de
     } else {
       peers_[peer].incarnation.store(previous);
     }
-    std::lock_guard lock(worker_mu_);
+    MutexLock lock(worker_mu_);
     closeEndpointLocked(peer);
     return dialled;
   }
@@ -374,7 +382,7 @@ void UcxTransport::shutdown() {
   // Operations UCX still holds stay alive until the worker is gone: destroying it may complete them.
   std::vector<OpPtr> held_until_destroyed;
   if (worker_ != nullptr) {
-    std::unique_lock lock(worker_mu_);
+    MutexLock lock(worker_mu_);
     std::vector<OpPtr> ops;
     for (auto& [raw, op] : pending_) ops.push_back(op);
     for (auto& op : ops) {
@@ -387,11 +395,11 @@ void UcxTransport::shutdown() {
     ucp_request_param_t close{};
     close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     close.flags = 0;
-    for (Peer& p : peers_) {
-      if (p.ep == nullptr) continue;
-      void* req = ucp_ep_close_nbx(p.ep, &close);
+    for (ucp_ep_h& ep : eps_) {
+      if (ep == nullptr) continue;
+      void* req = ucp_ep_close_nbx(ep, &close);
       if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
-      p.ep = nullptr;
+      ep = nullptr;
     }
     // An operation UCX still holds although its request has completed (a receive cancelled or failed
     // mid-transfer, a send abandoned to a live peer) would be written or read by further progress, and its
@@ -440,14 +448,14 @@ Status UcxTransport::checkPost(int peer, Tag tag, bool allow_any) const {
 RequestPtr UcxTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
   OpPtr op = makeOp(true, peer, data.size());
   if (Status s = checkPost(peer, tag, /*allow_any=*/false); !s.isOk()) return completedRequest(op, s);
-  std::lock_guard lock(worker_mu_);
+  MutexLock lock(worker_mu_);
   if (Status s = peerStatus(peer); !s.isOk()) return completedRequest(op, s);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   param.cb.send = onSendDone;
   param.user_data = op.get();
   param.datatype = ucp_dt_make_contig(1);
-  ucs_status_ptr_t p = ucp_tag_send_nbx(peers_[peer].ep, data.data(), data.size(),
+  ucs_status_ptr_t p = ucp_tag_send_nbx(eps_[size_t(peer)], data.data(), data.size(),
                                         (ucp_tag_t(rank_) << kRankShift) | tag, &param);
   postedLocked(op, p, nullptr);
   return std::make_unique<UcxRequest>(std::move(op));
@@ -456,7 +464,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, std::span<const std::byte> dat
 RequestPtr UcxTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
   OpPtr op = makeOp(false, peer, data.size());
   if (Status s = checkPost(peer, tag, /*allow_any=*/true); !s.isOk()) return completedRequest(op, s);
-  std::lock_guard lock(worker_mu_);
+  MutexLock lock(worker_mu_);
   if (peer != kAnyPeer)
     if (Status s = peerStatus(peer); !s.isOk()) return completedRequest(op, s);
   ucp_tag_recv_info_t info{};
@@ -503,8 +511,8 @@ Status UcxTransport::outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t*
     return Status::invalidArgument("ucx: message " + std::string(op->peer == kAnyPeer ? "" : "from rank " + std::to_string(op->peer) + " ") +
                                    "longer than the " + std::to_string(op->capacity) + "-byte receive buffer");
   if (op->peer != kAnyPeer) {
-    std::lock_guard lock(state_mu_);
-    if (!peers_[op->peer].failure.isOk()) return peers_[op->peer].failure;
+    MutexLock lock(state_mu_);
+    if (!failures_[size_t(op->peer)].isOk()) return failures_[size_t(op->peer)];
   }
   if (st == UCS_ERR_CANCELED) return Status::cancelled("ucx: operation cancelled");
   if (op->peer != kAnyPeer) {
@@ -527,7 +535,7 @@ void UcxTransport::onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_r
 }
 
 void UcxTransport::cancelOp(const OpPtr& op) {
-  std::lock_guard lock(worker_mu_);
+  MutexLock lock(worker_mu_);
   if (op->done.load()) return;
   op->forced = Status::cancelled("ucx: " + std::string(op->is_send ? "send to" : "receive from") + " " +
                                  (op->peer == kAnyPeer ? std::string("any rank") : "rank " + std::to_string(op->peer)) +
@@ -582,7 +590,7 @@ void UcxTransport::progress(Deadline until) {
   const Deadline busy_end = start + std::min<std::chrono::microseconds>(options_.spin, kBusySpin);
   for (;;) {
     {
-      std::lock_guard lock(worker_mu_);
+      MutexLock lock(worker_mu_);
       progressLocked();
     }
     if (changed()) return;
@@ -596,7 +604,7 @@ void UcxTransport::progress(Deadline until) {
     }
     ucs_status_t armed;
     {
-      std::lock_guard lock(worker_mu_);
+      MutexLock lock(worker_mu_);
       progressLocked();
       if (changed()) return;
       armed = ucp_worker_arm(worker_);
@@ -628,15 +636,15 @@ void UcxTransport::progress(Deadline until) {
 
 Status UcxTransport::peerStatus(int peer) const {
   if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
-  std::lock_guard lock(state_mu_);
-  return peers_[peer].failure;
+  MutexLock lock(state_mu_);
+  return failures_[size_t(peer)];
 }
 
 bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
   {
-    std::lock_guard lock(state_mu_);
-    if (!peers_[peer].failure.isOk()) return false;
-    peers_[peer].failure = why.isOk() ? Status::peerLost(peer, "declared failed") : why;
+    MutexLock lock(state_mu_);
+    if (!failures_[size_t(peer)].isOk()) return false;
+    failures_[size_t(peer)] = why.isOk() ? Status::peerLost(peer, "declared failed") : why;
     failure_count_.fetch_add(1);
   }
   // An orderly exit of a peer is routine at the end of a job; anything else deserves a warning.
@@ -656,8 +664,8 @@ bool UcxTransport::peerGone(int peer) const {
 }
 
 void UcxTransport::closeEndpointLocked(int peer) {
-  Peer& p = peers_[peer];
-  if (p.ep == nullptr) return;
+  ucp_ep_h& ep = eps_[size_t(peer)];
+  if (ep == nullptr) return;
   // Always a flushing close. UCX accepts UCP_EP_CLOSE_FLAG_FORCE only for endpoints in peer error mode (1.13
   // returns UCS_ERR_INVALID_PARAM and leaves the endpoint open); ours are not (see the header). A live
   // peer still gets what the endpoint carries; toward a gone one the close never completes, and its request
@@ -665,7 +673,7 @@ void UcxTransport::closeEndpointLocked(int peer) {
   ucp_request_param_t close{};
   close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   close.flags = 0;
-  void* req = ucp_ep_close_nbx(p.ep, &close);
+  void* req = ucp_ep_close_nbx(ep, &close);
   if (UCS_PTR_IS_PTR(req)) {
     closing_.push_back(req);
   } else if (UCS_PTR_IS_ERR(req)) {
@@ -673,7 +681,7 @@ void UcxTransport::closeEndpointLocked(int peer) {
     LOG_IF(WARNING, !peerGone(peer)) << "ucx rank " << rank_ << ": closing the endpoint to live rank " << peer
                                      << ": " << ucsText(UCS_PTR_STATUS(req));
   }
-  p.ep = nullptr;
+  ep = nullptr;
 }
 
 void UcxTransport::sweepLocked(int peer, bool crashed) {
@@ -708,7 +716,7 @@ void UcxTransport::sweepLocked(int peer, bool crashed) {
 
 void UcxTransport::failPeer(int peer, const Status& why) {
   if (peer < 0 || peer >= size_) return;
-  std::lock_guard lock(worker_mu_);
+  MutexLock lock(worker_mu_);
   if (markFailed(peer, why)) sweepLocked(peer);
 }
 
@@ -718,7 +726,7 @@ void UcxTransport::onControlLost(int peer, uint64_t incarnation, bool orderly) {
   const std::string who = "rank " + std::to_string(peer) + " (incarnation " + std::to_string(incarnation) + ")";
   Status why = Status::peerLost(peer, orderly ? "ucx: " + who + " closed its transport"
                                              : "ucx: control connection to " + who + " lost: the process is gone");
-  std::lock_guard lock(worker_mu_);
+  MutexLock lock(worker_mu_);
   progressLocked();  // messages the peer sent before it went may already sit in our queues: match them first
   if (markFailed(peer, why, /*routine=*/orderly)) sweepLocked(peer, /*crashed=*/!orderly);
 }
@@ -744,11 +752,11 @@ Status UcxTransport::reconnect(int peer, Deadline deadline) {
   {
     // The new incarnation may have died already; its loss then stands (onControlLost stores lost_incarnation
     // before it takes state_mu_ to mark the failure).
-    std::lock_guard lock(state_mu_);
+    MutexLock lock(state_mu_);
     if (p.lost_incarnation.load() == p.incarnation.load())
       return Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " (incarnation " +
                                         std::to_string(p.incarnation.load()) + ") exited while reconnecting");
-    p.failure = Status::ok();
+    failures_[size_t(peer)] = Status::ok();
   }
   LOG(INFO) << "ucx rank " << rank_ << ": reconnected to rank " << peer << " (incarnation "
             << peers_[peer].incarnation.load() << ")";

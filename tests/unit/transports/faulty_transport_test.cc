@@ -17,7 +17,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::LoopbackHub;
 
-std::span<const std::byte> bytesOf(const std::vector<int>& v) { return std::as_bytes(std::span(v)); }
 std::span<std::byte> bytesOf(std::vector<int>& v) { return std::as_writable_bytes(std::span(v)); }
 
 TEST(FaultyTransport, FailsExactlyTheNthSendToAPeer) {
