@@ -60,6 +60,12 @@ Status Controller::checkAvailable() const {
   return Status::unavailable("chaos: refusing to start: some planned faults cannot be injected here:" + problems);
 }
 
+void Controller::log(nlohmann::json event) {
+  if (!options_.events) return;
+  if (!options_.strategy.empty()) event["strategy"] = options_.strategy;
+  (void)options_.events->append(event);
+}
+
 Status Controller::persistLocked() {
   if (options_.state_dir.empty()) return Status::ok();
   state_.entries.clear();
@@ -106,7 +112,7 @@ Status Controller::start() {
       } else {
         ev["planned_s"] = a.at_s;
       }
-      (void)options_.events->append(ev);
+      log(ev);
     }
   }
   std::lock_guard<std::mutex> l(mu_);
@@ -149,17 +155,14 @@ void Controller::adoptAgentHealLocked() {
     std::erase(apply_order_, key);
     if (active_keys_.erase(key)) --active_[plan_.fault(e.fault_id).kind];
     ++adopted;
-    if (options_.events)
-      (void)options_.events->append({{"type", "chaos.reverted"}, {"fault_id", e.fault_id}, {"name", e.name},
-                                     {"kind", e.kind}, {"node", e.node}, {"action", "revert"},
-                                     {"by", "agent: lease lapsed"}, {"mono_ns", clock_->monotonicNs()},
-                                     {"wall_ns", clock_->wallNs()}});
+    log({{"type", "chaos.reverted"}, {"fault_id", e.fault_id}, {"name", e.name}, {"kind", e.kind}, {"node", e.node},
+         {"action", "revert"}, {"by", "agent: lease lapsed"}, {"mono_ns", clock_->monotonicNs()},
+         {"wall_ns", clock_->wallNs()}});
   }
   LOG(WARNING) << "chaos: the lease lapsed (this process stalled) and the agent healed " << adopted
                << " fault(s); they count as reverted, and a new agent guards what follows";
-  if (options_.events)
-    (void)options_.events->append({{"type", "chaos.lease_lapsed"}, {"healed", adopted},
-                                   {"mono_ns", clock_->monotonicNs()}, {"wall_ns", clock_->wallNs()}});
+  log({{"type", "chaos.lease_lapsed"}, {"healed", adopted}, {"mono_ns", clock_->monotonicNs()},
+       {"wall_ns", clock_->wallNs()}});
   (void)persistLocked();  // unfinished again, listing what is still applied
   (void)renewLease(options_.state_dir, realClock().monotonicNs());
   ::unlink(path.c_str());
@@ -199,17 +202,17 @@ void Controller::keepAgent() {
     agent_pid_ = 0;
     ev["error"] = spawned.status().toString();
   }
-  if (options_.events) (void)options_.events->append(ev);
+  log(ev);
 }
 
-void Controller::notify(const std::string& node, int64_t step, int64_t epoch) {
+void Controller::notify(const std::string& node, int64_t step, int64_t epoch, bool for_any) {
   std::lock_guard<std::mutex> l(mu_);
   if (!started_ || stopping_) return;
   const int64_t now = clock_->monotonicNs();
   for (auto it = triggers_.begin(); it != triggers_.end();) {
     const ProgressTrigger& t = it->second;
     const int64_t reached = t.unit == ProgressTrigger::Unit::kStep ? step : epoch;
-    if ((t.node.empty() || t.node == node) && reached >= t.value) {
+    if ((t.node.empty() ? for_any : t.node == node) && reached >= t.value) {
       for (const Action& a : triggered_[it->first])
         queue_.emplace(std::make_pair(now + static_cast<int64_t>(std::llround(a.at_s * 1e9)), seq_++), a);
       triggered_.erase(it->first);
@@ -274,7 +277,7 @@ void Controller::logAction(const char* type, const Action& a, int64_t planned_ns
   // Timestamps of the action itself, not of the write: the injected clock's monotonic time.
   ev["mono_ns"] = done_ns;
   ev["wall_ns"] = clock_->wallNs();
-  (void)options_.events->append(ev);
+  log(ev);
 }
 
 void Controller::execute(const Action& a, int64_t planned_ns) {
@@ -401,7 +404,7 @@ Status Controller::stop() {
                         {"kind", faultKindName(f.kind)}, {"node", k.node}, {"action", "revert"}, {"by", "stop"},
                         {"mono_ns", now}, {"wall_ns", clock_->wallNs()}};
       if (!s.isOk()) ev["error"] = s.toString();
-      (void)options_.events->append(ev);
+      log(ev);
     }
   }
   {

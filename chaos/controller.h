@@ -75,6 +75,7 @@ struct ControllerOptions {
   std::string agent_binary;     // the chaosbed binary for `chaos agent`; empty: no agent
   double lease_interval_s = 1.0;
   double lease_timeout_s = 3.0;
+  std::string strategy;         // added to every event as "strategy" (one log holds several strategies' runs)
 };
 
 class Controller {
@@ -87,7 +88,9 @@ class Controller {
   Status checkAvailable() const;
   Status start();
   // Progress of a node (its current step and epoch); fires matching triggers.
-  void notify(const std::string& node, int64_t step, int64_t epoch);
+  // `for_any`: whether the node's progress also counts for triggers that name no node (the workers' does;
+  // a server's, only for a trigger that names it).
+  void notify(const std::string& node, int64_t step, int64_t epoch, bool for_any = true);
   Status stop();
 
   // Blocks until every timed action planned at or before run_s has been executed (and, for a manual clock,
@@ -115,6 +118,7 @@ class Controller {
   void execute(const Action& a, int64_t planned_ns);
   void logAction(const char* type, const Action& a, int64_t planned_ns, int64_t done_ns, const Status& s);
   Status persistLocked();
+  void log(nlohmann::json event);  // to options_.events, if any
   // After the agent healed on a lapsed lease (it removed the lease file; kHealedFile lists what it healed):
   // those faults count as reverted (by the agent), the state is written again for the next guardian, and
   // the lease renewed. A no-op while the lease stands.

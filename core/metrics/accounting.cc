@@ -114,6 +114,7 @@ nlohmann::json NodeStats::toJson() const {
           {"wall_seconds", wall_seconds},
           {"final", final_report},
           {"steps", steps},
+          {"epoch", epoch},
           {"samples", samples},
           {"samples_lost", samples_lost},
           {"checkpoints_written", checkpoints_written},
@@ -133,6 +134,7 @@ Result<NodeStats> NodeStats::fromJson(const nlohmann::json& j) {
   s.wall_seconds = f.number("wall_seconds", 0, kMaxSeconds, 0.0);
   s.final_report = f.has("final") && f.boolean("final");
   s.steps = f.integer("steps", 0, kMaxCount, 0);
+  s.epoch = f.integer("epoch", 0, kMaxCount, 0);
   s.samples = f.integer("samples", 0, kMaxCount, 0);
   s.samples_lost = f.integer("samples_lost", 0, kMaxCount, 0);
   s.checkpoints_written = f.integer("checkpoints_written", 0, kMaxCount, 0);
@@ -154,6 +156,7 @@ void NodeStats::merge(const NodeStats& o) {
   for (int c = 0; c < kTimeCategories; ++c) seconds[c] += o.seconds[c];
   wall_seconds += o.wall_seconds;
   steps += o.steps;
+  epoch = std::max(epoch, o.epoch);
   samples += o.samples;
   samples_lost += o.samples_lost;
   checkpoints_written += o.checkpoints_written;
@@ -258,6 +261,11 @@ void Accounting::step(int64_t samples, double step_seconds) {
   ++stats_.steps;
   stats_.samples += samples;
   stats_.step_seconds.observe(step_seconds);
+}
+
+void Accounting::epoch(int64_t epoch) {
+  MutexLock lock(mu_);
+  stats_.epoch = epoch;
 }
 
 void Accounting::rollback(int64_t samples_lost) {

@@ -67,6 +67,7 @@ struct NodeStats {
   double wall_seconds = 0;                         // since Accounting::start(); 0 if never started
   bool final_report = false;                       // after Accounting::finish(): every interval booked
   int64_t steps = 0;
+  int64_t epoch = 0;          // the epoch the node is in (progress triggers); the largest when merged
   int64_t samples = 0;
   int64_t samples_lost = 0;   // rolled back: not in the final model
   int64_t checkpoints_written = 0;
@@ -130,6 +131,7 @@ class Accounting {
   // Books an interval of `seconds` that ends now, less the paused time inside it.
   void add(TimeCategory category, double seconds);
   void step(int64_t samples, double step_seconds);
+  void epoch(int64_t epoch);
   void rollback(int64_t samples_lost);
   void staleness(int64_t updates);
   void recovery(double seconds);

@@ -170,6 +170,7 @@ void MirroredWorker::completeStep(int64_t global_samples, int64_t my_samples, St
   my_samples_ += my_samples;
   my_cum_.push_back(my_samples_);
   ctx_.accounting.step(my_samples, secondsSince(started));
+  ctx_.accounting.epoch(progress_.epoch);
   if (recovery_started_) {
     const double seconds = secondsSince(*recovery_started_);
     ctx_.accounting.recovery(seconds);

@@ -639,6 +639,7 @@ Status PsWorker::run() {
     }
     ++steps;
     ctx_.accounting.step(int64_t(batch.size), std::chrono::duration<double>(SteadyClock::now() - step_start).count());
+    ctx_.accounting.epoch(int64_t(batches_.epoch()));
     if (recovering_since_) {
       const double took = ctx_.control.elapsed() - *recovering_since_;
       ctx_.accounting.recovery(took);

@@ -144,6 +144,12 @@ nlohmann::json StrategyResult::nodeSeconds() const {
   return out;
 }
 
+nlohmann::json StrategyResult::faultEpisodesJson() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const FaultEpisode& e : fault_episodes) out.push_back(e.toJson());
+  return out;
+}
+
 nlohmann::json StrategyResult::recoveryEpisodes() const {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < recovery_seconds.size(); ++i)
@@ -175,6 +181,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"recoveries", recoveries},
                       {"recovery_seconds", recovery_seconds},
                       {"recovery_episodes", recoveryEpisodes()},
+                      {"fault_episodes", faultEpisodesJson()},
                       {"longest_stall_seconds", longest_stall_seconds},
                       {"paused_seconds", workers.seconds[int(TimeCategory::kPaused)]},
                       {"accounting_residual", accounting_residual},

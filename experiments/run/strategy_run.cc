@@ -101,11 +101,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
     return sendLinkCommand(node, LinkCommand{LinkCommand::Op::kClear, peers});
   }
 
-  void chaosApplying(chaos::FaultKind kind, const std::string& node) {
-    if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(kind));
-    if (kind != chaos::FaultKind::kKill && kind != chaos::FaultKind::kPreempt) return;
+  void chaosApplying(const chaos::Fault& f, const std::string& node) {
+    if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(f.kind));
     MutexLock lock(exits_mu_);
-    chaos_killed_.insert(node);
+    fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now()});
+    if (f.kind == chaos::FaultKind::kKill || f.kind == chaos::FaultKind::kPreempt) chaos_killed_.insert(node);
   }
 
  private:
@@ -175,6 +175,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   Mutex exits_mu_;
   std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
   std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
+  std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
 
   // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
   // killed) both use them.
@@ -186,11 +187,12 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   double streak_start_s_ = 0;
   int64_t events_read_ = 0;
   bool stop_sent_ = false;
+  std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
   StrategyResult result_;
 };
 
 Status ObservedActuator::apply(const chaos::Fault& f, const std::string& n) {
-  supervisor_->chaosApplying(f.kind, n);
+  supervisor_->chaosApplying(f, n);
   return inner_->apply(f, n);
 }
 
@@ -538,6 +540,7 @@ Result<StrategyResult> Supervisor::run() {
     }
     chaos::ControllerOptions co;
     co.events = ctx_.events;
+    co.strategy = strategy_.label;
     co.state_dir = ctx_.claim ? ctx_.claim->stateDir(strategy_.label) : dir_ + "/chaos-state";
     co.agent_binary = "/proc/self/exe";
     chaos_controller = std::make_unique<chaos::Controller>(*ctx_.plan, *this, map, co);
@@ -580,8 +583,13 @@ Result<StrategyResult> Supervisor::run() {
     const bool any_worker = !running_workers.empty();
     if (SteadyClock::now() - last_progress >= 500ms) {
       const NodeStats w = collectStats("worker", workers_);
+      step_samples_.emplace_back(t, w.steps);
+      // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
       if (chaos_controller)
-        for (int i = 0; i < workers_; ++i) chaos_controller->notify(nodeName("worker", i), w.steps / std::max(1, workers_), 0);
+        for (const std::string& name : names_) {
+          const NodeStats n = nodeStats(name);
+          chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
+        }
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
       if (w.steps > last_steps) {
@@ -633,6 +641,17 @@ Result<StrategyResult> Supervisor::run() {
   result_.workers = collectStats("worker", workers_);
   result_.servers = collectStats("ps", servers_);
   accountingResidual();
+  {
+    MutexLock lock(exits_mu_);
+    result_.fault_episodes = faultEpisodes(fault_starts_, step_samples_);
+  }
+  for (const FaultEpisode& e : result_.fault_episodes)
+    if (ctx_.events) {
+      nlohmann::json ev = e.toJson();
+      ev["type"] = "fault.episode";
+      ev["strategy"] = strategy_.label;
+      (void)ctx_.events->append(ev);
+    }
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
   {

@@ -28,6 +28,7 @@
 #include "chaos/host_state.h"
 #include "core/metrics/accounting.h"
 #include "core/metrics/exporter.h"
+#include "experiments/run/fault_episodes.h"
 #include "experiments/spec/spec.h"
 #include "transports/bootstrap/store.h"
 
@@ -58,6 +59,7 @@ struct StrategyResult {
   int recoveries = 0;        // failures after which training progressed again
   std::vector<double> recovery_seconds;
   std::vector<std::string> recovery_causes;  // what each episode of recovery_seconds recovered from
+  std::vector<FaultEpisode> fault_episodes;  // per applied fault: until the workers' pace was back
   // The longest stretch of training time in which the workers completed no step (checked every 500 ms, so
   // to that resolution): a stall shows here whatever its cause.
   double longest_stall_seconds = 0;
@@ -76,6 +78,7 @@ struct StrategyResult {
   double idleFraction() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
+  nlohmann::json faultEpisodesJson() const;
   // Per role, the node-seconds of wall time and of each category, summed over every process.
   nlohmann::json nodeSeconds() const;
 };

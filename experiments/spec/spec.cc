@@ -217,6 +217,10 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::ve
                                      kOnServerFailure, OnServerFailure::kShardRestart);
       s.max_staleness = item.nullable<int>("max_staleness", std::nullopt, Range::nonNegative());
       s.shards = item.optional<int>("shards", std::max(cluster.servers, 1), Range::closed(1, kMaxNodes));
+      // Never silently ignored: PS nodes do not act on a preemption notice yet (#13).
+      if (s.checkpoint_on_notice)
+        item.errorAt("checkpoint_on_notice", "parameter_server nodes do not act on a preemption notice yet: only "
+                                             "mirrored honours it (the node would be killed at the end of its grace)");
       if (first_ps.empty()) first_ps = item.path();
     }
     out->push_back(std::move(s));

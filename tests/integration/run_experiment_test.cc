@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "chaosbed/config.h"
@@ -135,7 +136,7 @@ training:
   learning_rate: 0.1
   momentum: 0.9
   target_accuracy: 0.999   # never reached: the run lasts its time limit
-  time_limit_s: 6
+  time_limit_s: 7
   eval_interval_s: 0.5
   checkpoint_interval_s: 10
 strategies:
@@ -143,7 +144,7 @@ strategies:
   - {name: parameter_server}
 chaos:
   faults:
-    - {name: pause-1, action: pause, target: {role: worker, index: 1}, at_s: 1.0, duration_s: 2}
+    - {name: pause-1, action: pause, target: {role: worker, index: 1}, at_s: 2.0, duration_s: 2}
 )";
   }
   testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
@@ -156,11 +157,69 @@ chaos:
     const auto& s = summary["strategies"][label];
     EXPECT_NEAR(s["paused_seconds"].get<double>(), 2.0, 0.2) << s.dump(2);
     EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"] << "\n" << s.dump(2);
+    // The pause is a fault episode: from its start until the workers' pace is back. Mirrored stops for the
+    // whole pause; the PS goes on with the other worker, which on 2 cores takes over the freed CPU and may
+    // keep the pace (an episode of 0 s), so it is only bounded by the pause and one window.
+    ASSERT_EQ(s["fault_episodes"].size(), 1u) << s.dump(2);
+    const auto& e = s["fault_episodes"][0];
+    EXPECT_EQ(e["fault"], "pause-1");
+    EXPECT_EQ(e["kind"], "pause");
+    ASSERT_FALSE(e["seconds"].is_null()) << e.dump();
+    // At least the pause (less the 0.5 s sampling); the pace may take a second more to return.
+    if (std::string(label) == "mirrored") {
+      EXPECT_GE(e["seconds"].get<double>(), 2.0 - 0.5) << e.dump();
+      EXPECT_LE(e["seconds"].get<double>(), 2.0 + 1.5) << e.dump();
+    } else {
+      EXPECT_LE(e["seconds"].get<double>(), 2.0 + 1.5) << e.dump();
+    }
   }
   // Mirrored's other worker waits out the pause at the next all-reduce (plus its usual waits: at least 90%
   // of the pause; any double booking would show in the residual).
   const auto& m = summary["strategies"]["mirrored"];
   EXPECT_GE(m["node_seconds"]["workers"]["peer"].get<double>(), 1.8) << m.dump(2);
+}
+
+// Progress triggers fire on each node's own progress: an epoch trigger fires in a run (4096 samples,
+// 2 workers x 32 per step: epoch 1 begins at step 64), and a step trigger that names a worker fires at that
+// worker's step.
+TEST(RunExperiment, EpochAndNodeStepTriggersFire) {
+  const std::string out = testing::makeTempDir("run-trigger");
+  ASSERT_FALSE(out.empty());
+  const std::string spec = out + ".yaml";
+  {
+    std::ofstream f(spec);
+    f << R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: triggers}
+seed: 5
+cluster: {workers: 2, servers: 1, cpu_per_node: 0, transport: ucx, hosts: local}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 4,
+           eval_interval_s: 0.5}
+strategies:
+  - {name: mirrored}
+  - {name: parameter_server}
+chaos:
+  faults:
+    - {name: at-epoch, action: pause, target: {role: worker, index: 0}, when: {epoch: 1}, duration_s: 0.2}
+    - {name: at-step, action: pause, target: {role: worker, index: 1}, when: {node: worker-1, step: 100}, duration_s: 0.2}
+)";
+  }
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(120s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  std::map<std::string, std::set<std::string>> applied;  // strategy -> faults applied
+  std::istringstream lines(readFile(out + "/r/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("type", "") == "chaos.applied") applied[e.value("strategy", "")].insert(e.value("name", ""));
+  }
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    EXPECT_EQ(applied[label].count("at-epoch"), 1u) << label << ": the epoch trigger never fired";
+    EXPECT_EQ(applied[label].count("at-step"), 1u) << label << ": the node's step trigger never fired";
+  }
 }
 
 TEST(RunExperiment, InterruptKeepsWhatWasMeasured) {

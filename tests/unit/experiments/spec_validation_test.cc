@@ -92,6 +92,10 @@ const BadSpec kBadSpecs[] = {
       "t.yaml:10:5: strategies[1].on_failure: applies only to mirrored strategies (parameter_server workers carry "
       "on without a failed peer)",
       "t.yaml:11:5: strategies[1].backup_workers: applies only to mirrored strategies"}},
+    {"an option a strategy would silently ignore",
+     spec(kCluster, kData, "strategies:\n  - name: parameter_server\n    checkpoint_on_notice: true\n"),
+     {"t.yaml:8:5: strategies[0].checkpoint_on_notice: parameter_server nodes do not act on a preemption notice "
+      "yet: only mirrored honours it (the node would be killed at the end of its grace)"}},
     {"options that do not apply to the dataset",
      spec(kCluster, "data: {dataset: fashion-mnist, dims: 8}\n", kStrategies),
      {"t.yaml:5:32: data.dims: applies only to dataset synthetic (fashion-mnist has 784 inputs and 10 classes)"}},

@@ -1,0 +1,68 @@
+#include "experiments/run/fault_episodes.h"
+
+#include <algorithm>
+
+namespace chaosbed::run {
+namespace {
+
+using Samples = std::vector<std::pair<double, int64_t>>;
+
+// Cumulative steps at time t, interpolated between samples (before the first: its value).
+double stepsAt(const Samples& s, double t) {
+  if (s.empty()) return 0;
+  if (t <= s.front().first) return double(s.front().second);
+  if (t >= s.back().first) return double(s.back().second);
+  auto hi = std::lower_bound(s.begin(), s.end(), t, [](const auto& p, double v) { return p.first < v; });
+  auto lo = hi - 1;
+  const double span = hi->first - lo->first;
+  const double f = span > 0 ? (t - lo->first) / span : 1;
+  return double(lo->second) + f * double(hi->second - lo->second);
+}
+
+}  // namespace
+
+nlohmann::json FaultEpisode::toJson() const {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"fault", fault.name},     {"kind", fault.kind},           {"node", fault.node},
+          {"start_s", fault.t},      {"pre_fault_steps_per_s", opt(pre_fault_rate)},
+          {"recovered_at_s", opt(recovered_at)}, {"seconds", opt(seconds())}};
+}
+
+std::vector<FaultEpisode> faultEpisodes(const std::vector<FaultStart>& faults, const Samples& steps,
+                                        const EpisodeOptions& o) {
+  // Training has begun at the first sample with steps: start-up is no reference pace.
+  double begun = 0;
+  for (const auto& [t, n] : steps)
+    if (n > 0) {
+      begun = t;
+      break;
+    }
+  std::vector<FaultEpisode> out;
+  for (const FaultStart& f : faults) {
+    FaultEpisode e{f, std::nullopt, std::nullopt};
+    const double from = std::max({0.0, begun, f.t - o.baseline_s});
+    if (!steps.empty() && f.t - from >= o.min_baseline_s) {
+      const double rate = (stepsAt(steps, f.t) - stepsAt(steps, from)) / (f.t - from);
+      if (rate > 0) e.pre_fault_rate = rate;
+    }
+    if (e.pre_fault_rate) {
+      // The first sample interval after the fault's start from which `intervals` consecutive intervals all
+      // run at the old pace again: its start is when the pace came back. Intervals, not one long window, so
+      // that a fast stretch after a stall cannot average the stall's tail away.
+      const double target = o.fraction * *e.pre_fault_rate;
+      for (size_t i = 0; i + 1 < steps.size() && !e.recovered_at; ++i) {
+        if (steps[i + 1].first <= f.t) continue;  // an interval wholly before the fault
+        bool back = i + size_t(o.intervals) < steps.size();
+        for (size_t k = i; back && k < i + size_t(o.intervals); ++k) {
+          const double a = std::max(steps[k].first, f.t), b = steps[k + 1].first;
+          back = b > a && (double(steps[k + 1].second) - stepsAt(steps, a)) / (b - a) >= target;
+        }
+        if (back) e.recovered_at = std::max(steps[i].first, f.t);
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace chaosbed::run
