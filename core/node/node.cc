@@ -105,6 +105,16 @@ Result<int> rankOf(const NodeLaunch& launch, const NodeConfig& c) {
                                  " servers");
 }
 
+// Runs the node's role. Whatever the role's loops leave unbooked (set-up, the first join, leaving) is
+// booked as its own work: compute for workers, waiting for workers for servers.
+Status runRole(const std::string& role, const NodeConfig& c, NodeContext& ctx) {
+  if (role == "evaluator") return runEvaluator(ctx);
+  Accounting::Frame whole(ctx.accounting, role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
+  if (c.strategy.kind == StrategyKind::kMirrored)
+    return role == "worker" ? runMirroredWorker(ctx) : Status::invalidArgument("mirrored has no parameter servers");
+  return role == "worker" ? runPsWorker(ctx) : runPsServer(ctx);
+}
+
 }  // namespace
 
 int runNodeProcess(const NodeLaunch& launch) {
@@ -199,21 +209,7 @@ int runNodeProcess(const NodeLaunch& launch) {
                   .preempt_notice = &g_preempt_notice,
                   .data = data ? &*data : nullptr};
 
-  Status result;
-  {
-  // Whatever a role's loops leave unbooked (set-up, the first join, leaving) is booked as the role's own
-  // work: compute for workers, waiting for workers for servers.
-  std::optional<Accounting::Frame> whole;
-  if (launch.role != "evaluator") whole.emplace(accounting, launch.role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
-  if (launch.role == "evaluator") {
-    result = runEvaluator(ctx);
-  } else if (c.strategy.kind == StrategyKind::kMirrored) {
-    result = launch.role == "worker" ? runMirroredWorker(ctx)
-                                     : Status::invalidArgument("mirrored has no parameter servers");
-  } else {
-    result = launch.role == "worker" ? runPsWorker(ctx) : runPsServer(ctx);
-  }
-  }
+  Status result = runRole(launch.role, c, ctx);
   accounting.finish();
   control.stopBackground();  // sends the final report
   if (!result.isOk()) {

@@ -46,18 +46,17 @@ std::vector<FaultEpisode> faultEpisodes(const std::vector<FaultStart>& faults, c
       if (rate > 0) e.pre_fault_rate = rate;
     }
     if (e.pre_fault_rate) {
-      // The first sample interval after the fault's start from which `intervals` consecutive intervals all
-      // run at the old pace again: its start is when the pace came back. Intervals, not one long window, so
-      // that a fast stretch after a stall cannot average the stall's tail away.
+      // The first window of `intervals` sample intervals, starting at the fault or at a sample after it, whose
+      // pace is back: its start is when the pace came back. The window starts at or after the fault, so a
+      // fast stretch after a stall cannot average the stall away; it spans two intervals, so one noisy
+      // interval (±20% at 500 ms on a busy machine) neither ends nor prolongs an episode on its own.
       const double target = o.fraction * *e.pre_fault_rate;
-      for (size_t i = 0; i + 1 < steps.size() && !e.recovered_at; ++i) {
-        if (steps[i + 1].first <= f.t) continue;  // an interval wholly before the fault
-        bool back = i + size_t(o.intervals) < steps.size();
-        for (size_t k = i; back && k < i + size_t(o.intervals); ++k) {
-          const double a = std::max(steps[k].first, f.t), b = steps[k + 1].first;
-          back = b > a && (double(steps[k + 1].second) - stepsAt(steps, a)) / (b - a) >= target;
-        }
-        if (back) e.recovered_at = std::max(steps[i].first, f.t);
+      size_t first = 0;
+      while (first < steps.size() && steps[first].first <= f.t) ++first;
+      for (size_t i = first; i + size_t(o.intervals) <= steps.size() && !e.recovered_at; ++i) {
+        const double a = i == first ? f.t : steps[i - 1].first;
+        const double b = steps[i + size_t(o.intervals) - 1].first;
+        if (b > a && (stepsAt(steps, b) - stepsAt(steps, a)) / (b - a) >= target) e.recovered_at = a;
       }
     }
     out.push_back(std::move(e));

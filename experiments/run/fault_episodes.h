@@ -1,10 +1,10 @@
 #pragma once
 // Fault episodes: for every fault that was applied, how long training took to get back to its pace.
 //
-// An episode starts when the fault is applied and ends where the first run of `intervals` consecutive
-// sample intervals begins in each of which the workers' steps per second are at least `fraction` of the
-// pace just before the fault (over baseline_s, start-up excluded). A fault that does not slow training has
-// an episode of 0 s.
+// An episode starts when the fault is applied and ends where the first window of `intervals` sample
+// intervals begins (at the fault, or at a sample after it) over which the workers' steps per second are at
+// least `fraction` of the pace just before the fault (over baseline_s, start-up excluded). A fault that
+// does not slow training has an episode of 0 s.
 // It is measured for every fault kind, so a pause, a throttled node or a slow link has a recovery time just
 // as a kill has; the fault's own duration is part of it by definition. Throughput comes from the
 // supervisor's samples of the workers' step count (every 500 ms), so times are that coarse.
@@ -38,7 +38,7 @@ struct FaultEpisode {
 struct EpisodeOptions {
   double baseline_s = 5;   // the stretch before the fault whose pace is the reference (shorter if it must be)
   double min_baseline_s = 1;
-  int intervals = 2;       // consecutive sample intervals (500 ms each) that must all be back at the pace
+  int intervals = 2;       // sample intervals (500 ms each) per window
   double fraction = 0.9;
 };
 

@@ -22,7 +22,8 @@ const std::vector<std::string>& metricNames() {
       "compute_seconds",  "transfer_seconds",    "idle_seconds",        "idle_peer_seconds",
       "idle_server_seconds", "idle_recovery_seconds", "idle_fraction",  "failures",
       "recoveries",       "faults_applied",      "chaos_leaks",         "checkpoints_written",
-      "checkpoint_failures", "longest_stall_seconds"};
+      "checkpoint_failures", "longest_stall_seconds", "tta_sustained_seconds", "paused_seconds",
+      "accounting_residual"};
   return kNames;
 }
 const std::vector<std::string>& predicateNames() {
