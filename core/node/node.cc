@@ -193,7 +193,6 @@ int runNodeProcess(const NodeLaunch& launch) {
     LOG(ERROR) << node << ": " << start.status().toString();
     return kExitInfrastructure;
   }
-  if (launch.role != "evaluator") accounting.start();  // the evaluator trains nothing: no wall to account for
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
   control.startLinkWatcher([&transport, &c](const LinkCommand& cmd) { return applyLinkCommand(cmd, *transport, c); });
 
@@ -209,6 +208,9 @@ int runNodeProcess(const NodeLaunch& launch) {
                   .preempt_notice = &g_preempt_notice,
                   .data = data ? &*data : nullptr};
 
+  // The wall clock starts with the role, not with the threads above (their start-up would count against a
+  // short-lived replacement's residual). The evaluator trains nothing: no wall to account for.
+  if (launch.role != "evaluator") accounting.start();
   Status result = runRole(launch.role, c, ctx);
   accounting.finish();
   control.stopBackground();  // sends the final report
