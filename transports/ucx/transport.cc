@@ -1,45 +1,17 @@
 #include "transports/ucx/transport.h"
 
-#include <cstdlib>
-
 #include <glog/logging.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <ucp/api/ucp.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <optional>
 #include <thread>
-#include <unordered_map>
-#include <vector>
 
-#include "transports/bootstrap/net.h"
-#include "transports/thread_annotations.h"
-#include "transports/ucx/control.h"
+#include "transports/ucx/transport_impl.h"
 
-namespace chaosbed {
+namespace chaosbed::ucx {
 namespace {
-
-using ucx::ControlMesh;
-
-constexpr int kRankShift = kUserTagBits;
-constexpr int kMaxRanks = 1 << (64 - kUserTagBits);
-constexpr ucp_tag_t kExactMask = ~ucp_tag_t{0};
-constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
-// A sleeping progress() wakes at least this often. It bounds the cost of a wake-up another thread consumed,
-// and of the protocol steps of a shared-memory rendezvous without CMA that raise no wake-up event.
-constexpr auto kMaxSleep = std::chrono::milliseconds(2);
-// progress() polls without yielding this long first: a small message's round trip is a few microseconds.
-constexpr auto kBusySpin = std::chrono::microseconds(10);
-// The least time a control connection to a published peer gets, whatever the caller's deadline.
-constexpr auto kMinDial = std::chrono::milliseconds(500);
-
-std::string ucsText(ucs_status_t st) { return ucs_status_string(st); }
 
 // What a peer's record in the store holds.
 struct PeerRecord {
@@ -74,152 +46,7 @@ Result<PeerRecord> decodeRecord(const std::string& key, const std::string& in) {
   return r;
 }
 
-class UcxTransport;
-
-// One posted operation, shared by its Request and (while UCX holds it) the transport's pending table.
-struct Op {
-  UcxTransport* transport = nullptr;
-  bool is_send = false;
-  int peer = kAnyPeer;
-  size_t capacity = 0;
-  // Guarded by the transport's worker_mu_ (a comment: the analysis cannot name another object's lock here):
-  void* ucx_req = nullptr;       // UCX's request while UCX holds the operation
-  bool posted = false;           // the *_nbx call returned
-  bool ucx_done = false;         // UCX reported completion
-  std::optional<Status> forced;  // the outcome a failure or cancel() decided
-  // Published by `done` (release); read after done (acquire).
-  Status status;
-  int source = -1;
-  size_t received = 0;
-  std::atomic<bool> done{false};
-};
-using OpPtr = std::shared_ptr<Op>;
-
-class UcxRequest final : public Request {
- public:
-  explicit UcxRequest(OpPtr op) : op_(std::move(op)) {}
-  ~UcxRequest() override { cancel(); }
-  bool isComplete() const override { return op_->done.load(std::memory_order_acquire); }
-  Status status() const override { return isComplete() ? op_->status : Status::ok(); }
-  int peer() const override { return op_->peer; }
-  int source() const override { return isComplete() ? op_->source : -1; }
-  size_t receivedBytes() const override { return isComplete() ? op_->received : 0; }
-  void cancel() override;
-  bool bufferInUse() const override;
-
- private:
-  OpPtr op_;
-};
-
-class UcxTransport final : public Transport {
- public:
-  UcxTransport(Store& store, const UcxOptions& options, uint64_t incarnation)
-      : store_(store), options_(options), rank_(options.rank), size_(options.size), incarnation_(incarnation),
-        peers_(options.size), eps_(size_t(options.size), nullptr), failures_(size_t(options.size)) {}
-
-  ~UcxTransport() override { shutdown(); }
-
-  Status init();
-  Status publish();
-  // Looks up peer's record (waiting for an incarnation >= min_incarnation), creates its endpoint and
-  // control connection.
-  // `published` (optional) says whether such a record was found.
-  Status connectPeer(int peer, uint64_t min_incarnation, Deadline deadline, bool* published = nullptr);
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string name() const override { return "ucx"; }
-  RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
-  RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
-  void progress(Deadline until) override;
-  Status peerStatus(int peer) const override;
-  uint64_t failureCount() const override { return failure_count_.load(); }
-  void failPeer(int peer, const Status& why) override;
-  Status reconnect(int peer, Deadline deadline) override;
-
-  // A peer this rank does not talk to unless asked: it reads as lost until reconnect() reaches it.
-  void leaveUnconnected(int peer) {
-    MutexLock lock(worker_mu_);
-    markFailed(peer, Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " not connected; reconnect() to reach it"),
-               /*routine=*/true);
-  }
-  void cancelOp(const OpPtr& op) CHAOSBED_EXCLUDES(worker_mu_);
-  // UCX still holds the operation (its buffer), although its request may have completed.
-  bool held(const Op& op) CHAOSBED_EXCLUDES(worker_mu_) {
-    MutexLock lock(worker_mu_);
-    return op.ucx_req != nullptr && !op.ucx_done;
-  }
-  void onUcxDone(Op* op, void* req, ucs_status_t st, const ucp_tag_recv_info_t* info) CHAOSBED_REQUIRES(worker_mu_);
-
- private:
-  struct Peer {
-    std::atomic<uint64_t> incarnation{0};     // the incarnation the endpoint talks to; 0 before connect
-    std::atomic<uint64_t> lost_incarnation{0};  // the last incarnation found dead (control mesh EOF, or
-                                                // unreachable when connecting): reconnect() wants a later one
-  };
-
-  OpPtr makeOp(bool is_send, int peer, size_t capacity) {
-    auto op = std::make_shared<Op>();
-    op->transport = this;
-    op->is_send = is_send;
-    op->peer = peer;
-    op->capacity = capacity;
-    return op;
-  }
-  void finish(Op* op, Status status) {
-    op->status = std::move(status);
-    op->done.store(true, std::memory_order_release);
-    completions_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  RequestPtr completedRequest(OpPtr op, Status status) {
-    finish(op.get(), std::move(status));
-    return std::make_unique<UcxRequest>(std::move(op));
-  }
-  Status checkPost(int peer, Tag tag, bool allow_any) const;
-  Status outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info) CHAOSBED_REQUIRES(worker_mu_);
-  void postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info)
-      CHAOSBED_REQUIRES(worker_mu_);
-  void progressLocked() CHAOSBED_REQUIRES(worker_mu_);
-  // Sets the sticky failure (false when the peer had failed already); `routine` only lowers the log level.
-  bool markFailed(int peer, const Status& why, bool routine = false) CHAOSBED_EXCLUDES(state_mu_);
-  // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
-  void sweepLocked(int peer, bool crashed = true) CHAOSBED_REQUIRES(worker_mu_);
-  void closeEndpointLocked(int peer) CHAOSBED_REQUIRES(worker_mu_);
-  // The process that the peer's endpoint talks to is known to be gone (or was never reached).
-  bool peerGone(int peer) const;
-  void onControlLost(int peer, uint64_t incarnation, bool orderly);
-  void wakeSleepers();
-  void shutdown();
-
-  Store& store_;  // the caller's; outlives the transport (reconnect reads replacements' records from it)
-  const UcxOptions options_;
-  const int rank_;
-  const int size_;
-  const uint64_t incarnation_;
-
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  std::string worker_address_;
-  int worker_efd_ = -1;
-  net::FileDescriptor epoll_fd_;
-  net::FileDescriptor wake_fd_;  // failPeer wakes sleepers in progress() through it
-  std::unique_ptr<ControlMesh> mesh_;
-
-  // Lock order: worker_mu_, then state_mu_, then the control mesh's lock (ControlMesh::alive); the mesh
-  // calls onControlLost with no lock of its own held. UCX callbacks run under worker_mu_ (inside
-  // ucp_worker_progress) and take state_mu_ only.
-  Mutex worker_mu_;  // serialises the UCP worker (UCS_THREAD_MODE_SERIALIZED)
-  std::vector<Peer> peers_;
-  std::vector<ucp_ep_h> eps_ CHAOSBED_GUARDED_BY(worker_mu_);                       // by peer; null when closed
-  std::unordered_map<Op*, OpPtr> pending_ CHAOSBED_GUARDED_BY(worker_mu_);          // operations UCX holds
-  std::vector<void*> closing_ CHAOSBED_GUARDED_BY(worker_mu_);                      // endpoint close requests
-  std::vector<std::pair<int, Status>> deferred_fail_ CHAOSBED_GUARDED_BY(worker_mu_);  // seen in callbacks
-
-  mutable Mutex state_mu_ CHAOSBED_ACQUIRED_AFTER(worker_mu_);
-  std::vector<Status> failures_ CHAOSBED_GUARDED_BY(state_mu_);  // by peer: the sticky status, OK while usable
-  std::atomic<uint64_t> failure_count_{0};
-  std::atomic<uint64_t> completions_{0};
-};
+}  // namespace
 
 bool UcxRequest::bufferInUse() const { return !isComplete() || op_->transport->held(*op_); }
 
@@ -631,139 +458,13 @@ void UcxTransport::progress(Deadline until) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Failures
+}  // namespace chaosbed::ucx
 
-Status UcxTransport::peerStatus(int peer) const {
-  if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
-  MutexLock lock(state_mu_);
-  return failures_[size_t(peer)];
-}
+namespace chaosbed {
 
-bool UcxTransport::markFailed(int peer, const Status& why, bool routine) {
-  {
-    MutexLock lock(state_mu_);
-    if (!failures_[size_t(peer)].isOk()) return false;
-    failures_[size_t(peer)] = why.isOk() ? Status::peerLost(peer, "declared failed") : why;
-    failure_count_.fetch_add(1);
-  }
-  // An orderly exit of a peer is routine at the end of a job; anything else deserves a warning.
-  if (routine) {
-    VLOG(1) << "ucx rank " << rank_ << ": " << why.toString();
-  } else {
-    LOG(WARNING) << "ucx rank " << rank_ << ": rank " << peer << " failed: " << why.toString();
-  }
-  wakeSleepers();
-  return true;
-}
-
-bool UcxTransport::peerGone(int peer) const {
-  const Peer& p = peers_[peer];
-  const uint64_t inc = p.incarnation.load();
-  return inc == 0 || p.lost_incarnation.load() == inc || (peer != rank_ && !mesh_->alive(peer, inc));
-}
-
-void UcxTransport::closeEndpointLocked(int peer) {
-  ucp_ep_h& ep = eps_[size_t(peer)];
-  if (ep == nullptr) return;
-  // Always a flushing close. UCX accepts UCP_EP_CLOSE_FLAG_FORCE only for endpoints in peer error mode (1.13
-  // returns UCS_ERR_INVALID_PARAM and leaves the endpoint open); ours are not (see the header). A live
-  // peer still gets what the endpoint carries; toward a gone one the close never completes, and its request
-  // is released with the worker. Either way UCX may still read the buffers of sends it holds (transport.h).
-  ucp_request_param_t close{};
-  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  close.flags = 0;
-  void* req = ucp_ep_close_nbx(ep, &close);
-  if (UCS_PTR_IS_PTR(req)) {
-    closing_.push_back(req);
-  } else if (UCS_PTR_IS_ERR(req)) {
-    // Toward a gone peer UCX has usually failed the endpoint already (UCS_ERR_ENDPOINT_TIMEOUT): routine.
-    LOG_IF(WARNING, !peerGone(peer)) << "ucx rank " << rank_ << ": closing the endpoint to live rank " << peer
-                                     << ": " << ucsText(UCS_PTR_STATUS(req));
-  }
-  ep = nullptr;
-}
-
-void UcxTransport::sweepLocked(int peer, bool crashed) {
-  const Status sticky = peerStatus(peer);
-  std::vector<OpPtr> ops;
-  for (auto& [raw, op] : pending_)
-    if (op->peer == peer && !op->done.load()) ops.push_back(op);
-  for (auto& op : ops) {
-    if (!op->forced) op->forced = sticky;
-    if (!op->is_send && op->ucx_req != nullptr && !op->ucx_done) ucp_request_cancel(worker_, op->ucx_req);
-  }
-  closeEndpointLocked(peer);
-  for (auto& op : ops)
-    if (!op->done.load()) finish(op.get(), *op->forced);  // UCX still holds it: released when UCX finishes
-
-  // A wildcard receive may already be matched to a message the dead peer was still sending; it would then
-  // never complete. UCX does not say which peer a pending wildcard receive matched, so every pending one is
-  // cancelled: an unmatched one completes with Cancelled at once; one that a progress pass does not finish
-  // either is taken to be the dead peer's and completes with Aborted. Callers repost wildcard receives.
-  if (!crashed) return;  // a peer that closed its transport finished its sends
-  std::vector<OpPtr> wildcards;
-  for (auto& [raw, op] : pending_)
-    if (op->peer == kAnyPeer && !op->done.load() && op->ucx_req != nullptr && !op->ucx_done) wildcards.push_back(op);
-  if (wildcards.empty()) return;
-  for (auto& op : wildcards) ucp_request_cancel(worker_, op->ucx_req);
-  progressLocked();
-  for (auto& op : wildcards)
-    if (!op->done.load())
-      finish(op.get(), Status::aborted("ucx: wildcard receive matched a message of rank " + std::to_string(peer) +
-                                       ", which failed; post it again", peer));
-}
-
-void UcxTransport::failPeer(int peer, const Status& why) {
-  if (peer < 0 || peer >= size_) return;
-  MutexLock lock(worker_mu_);
-  if (markFailed(peer, why)) sweepLocked(peer);
-}
-
-void UcxTransport::onControlLost(int peer, uint64_t incarnation, bool orderly) {
-  if (peer < 0 || peer >= size_ || peers_[peer].incarnation.load() != incarnation) return;  // an older process
-  peers_[peer].lost_incarnation.store(incarnation);
-  const std::string who = "rank " + std::to_string(peer) + " (incarnation " + std::to_string(incarnation) + ")";
-  Status why = Status::peerLost(peer, orderly ? "ucx: " + who + " closed its transport"
-                                             : "ucx: control connection to " + who + " lost: the process is gone");
-  MutexLock lock(worker_mu_);
-  progressLocked();  // messages the peer sent before it went may already sit in our queues: match them first
-  if (markFailed(peer, why, /*routine=*/orderly)) sweepLocked(peer, /*crashed=*/!orderly);
-}
-
-void UcxTransport::wakeSleepers() {
-  uint64_t one = 1;
-  ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
-  (void)n;
-}
-
-Status UcxTransport::reconnect(int peer, Deadline deadline) {
-  if (peer < 0 || peer >= size_) return Status::invalidArgument("ucx: reconnect: peer " + std::to_string(peer) + " not in 0.." + std::to_string(size_ - 1));
-  if (peer == rank_) return Status::invalidArgument("ucx: reconnect: rank " + std::to_string(peer) + " is this rank");
-  Peer& p = peers_[peer];
-  const uint64_t current = p.incarnation.load();
-  const uint64_t lost = p.lost_incarnation.load();
-  // The process we talked to may still be alive (failed by a cancel or the control plane): it may be
-  // reconnected as it is. Otherwise wait for its replacement's record. A record whose process was found dead
-  // (at start-up, or by an earlier attempt) is never used again: only a later incarnation will do.
-  const bool gone = lost == current || !mesh_->alive(peer, current);
-  const uint64_t wanted = std::max(gone ? current + 1 : current, lost + 1);
-  CHAOSBED_RETURN_IF_ERROR(connectPeer(peer, wanted, deadline));
-  {
-    // The new incarnation may have died already; its loss then stands (onControlLost stores lost_incarnation
-    // before it takes state_mu_ to mark the failure).
-    MutexLock lock(state_mu_);
-    if (p.lost_incarnation.load() == p.incarnation.load())
-      return Status::peerLost(peer, "ucx: rank " + std::to_string(peer) + " (incarnation " +
-                                        std::to_string(p.incarnation.load()) + ") exited while reconnecting");
-    failures_[size_t(peer)] = Status::ok();
-  }
-  LOG(INFO) << "ucx rank " << rank_ << ": reconnected to rank " << peer << " (incarnation "
-            << peers_[peer].incarnation.load() << ")";
-  return Status::ok();
-}
-
-}  // namespace
+using ucx::UcxTransport;
+using ucx::kMaxRanks;
+using ucx::recordKey;
 
 std::string netDevicesFor(const std::string& option, const char* user, bool* overridden) {
   *overridden = !option.empty() && user != nullptr && option != user;
