@@ -27,6 +27,7 @@ std::map<FaultKind, Actuator*> ActuatorSet::map() const {
   return {{FaultKind::kKill, signal_.get()},
           {FaultKind::kPreempt, signal_.get()},
           {FaultKind::kPause, pause_.get()},
+          {FaultKind::kVanish, pause_.get()},  // a vanished node is frozen until it is declared lost
           {FaultKind::kSlow, cpu_.get()},
           {FaultKind::kLink, link_.get()}};
 }
@@ -41,7 +42,8 @@ Controller::Controller(Plan plan, Cluster& cluster, std::map<FaultKind, Actuator
 Controller::~Controller() { (void)stop(); }
 
 bool Controller::revertsOnStop(FaultKind kind) const {
-  return kind == FaultKind::kPause || kind == FaultKind::kSlow || kind == FaultKind::kLink;
+  // A vanished node is frozen: a run that ends before its loss is detected thaws it like a pause.
+  return kind == FaultKind::kPause || kind == FaultKind::kSlow || kind == FaultKind::kLink || kind == FaultKind::kVanish;
 }
 
 Status Controller::checkAvailable() const {

@@ -16,8 +16,13 @@ const char* faultKindName(FaultKind kind) {
     case FaultKind::kPause: return "pause";
     case FaultKind::kSlow: return "slow";
     case FaultKind::kLink: return "link";
+    case FaultKind::kVanish: return "vanish";
   }
   return "unknown";
+}
+
+bool endsNode(FaultKind kind) {
+  return kind == FaultKind::kKill || kind == FaultKind::kPreempt || kind == FaultKind::kVanish;
 }
 
 std::optional<FaultKind> parseFaultKind(const std::string& name) {

@@ -16,10 +16,13 @@
 
 namespace chaosbed::chaos {
 
-enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink };
+// kill: a process crash on a live host (its sockets close: peers see it at once). vanish: a host that
+// disappears without a word (the node is frozen, nothing is closed; the cluster's failure detector declares
+// it lost after its timeout and fences it). preempt: a notice (SIGTERM), then a kill after the grace period.
+enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink, kVanish };
 inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::kKill, FaultKind::kPreempt, FaultKind::kPause,
-                                               FaultKind::kSlow, FaultKind::kLink};
-const char* faultKindName(FaultKind kind);  // "kill", "preempt", "pause", "slow", "link"
+                                               FaultKind::kSlow, FaultKind::kLink,    FaultKind::kVanish};
+const char* faultKindName(FaultKind kind);  // "kill", "preempt", "pause", "slow", "link", "vanish"
 std::optional<FaultKind> parseFaultKind(const std::string& name);
 
 // A fault that fires when a node reports progress instead of at a time ("when worker-2 reaches step 300").
@@ -41,7 +44,10 @@ struct FaultParams {
   bool operator==(const FaultParams&) const = default;
 };
 
-// When (and whether) a killed or preempted node is replaced; durations are seconds of the run.
+// Whether a fault ends its targets' processes (kill, preempt, vanish): they come back only by replacement.
+bool endsNode(FaultKind kind);
+
+// When (and whether) a killed, preempted or vanished node is replaced; durations are seconds of the run.
 struct RestartPolicy {
   enum class Kind : uint8_t { kNever, kFixed, kExponential };
   Kind kind = Kind::kNever;
@@ -65,10 +71,10 @@ struct Fault {
 };
 
 enum class ActionType : uint8_t {
-  kApply,     // inject (kill: SIGKILL; preempt: SIGTERM notice; pause; slow; link)
+  kApply,     // inject (kill: SIGKILL; preempt: SIGTERM notice; vanish: freeze; pause; slow; link)
   kEscalate,  // preempt only: the grace period is over, SIGKILL
   kRevert,    // the fault's duration is over
-  kReplace,   // a killed/preempted node comes back (Cluster::replace)
+  kReplace,   // a killed/preempted/vanished node comes back (Cluster::replace)
 };
 const char* actionTypeName(ActionType type);
 

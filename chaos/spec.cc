@@ -231,6 +231,7 @@ void parseParams(const ConfigNode& fault, FaultSpec* f) {
   } else {
     switch (*f->kind) {
       case FaultKind::kKill:
+      case FaultKind::kVanish:
       case FaultKind::kPause:
         if (p.present() && !p.isNull() && !(p.isMap() && p.entries().empty()))
           fault.rejectKey("params", std::string("a ") + faultKindName(*f->kind) + " fault takes no params");
@@ -276,7 +277,7 @@ FaultSpec parseFault(const ConfigNode& fault) {
   const bool event_trace =
       f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kEvents;
   if (fault.has("action") || !event_trace) {
-    std::string a = fault.requiredOneOf("action", {"kill", "preempt", "pause", "slow", "link"});
+    std::string a = fault.requiredOneOf("action", {"kill", "preempt", "vanish", "pause", "slow", "link"});
     if (!a.empty()) f.kind = parseFaultKind(a);
     if (event_trace && f.kind) fault.errorAt("action", "an events trace names the fault of each row; leave action out");
   }
@@ -289,8 +290,8 @@ FaultSpec parseFault(const ConfigNode& fault) {
       f.schedule.kind != ScheduleSpec::Kind::kTrigger)
     fault.errorAt("schedule", "a link fault is scheduled with at_s or when");
   if (f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kCapacity &&
-      f.kind != FaultKind::kKill && f.kind != FaultKind::kPreempt)
-    fault.errorAt("schedule", "a capacity trace drives kill or preempt faults");
+      f.kind && !endsNode(*f.kind))
+    fault.errorAt("schedule", "a capacity trace drives kill, preempt or vanish faults");
 
   const bool lasting = f.kind == FaultKind::kPause || f.kind == FaultKind::kSlow || f.kind == FaultKind::kLink;
   if (fault.has("duration_s")) {
@@ -306,8 +307,8 @@ FaultSpec parseFault(const ConfigNode& fault) {
   if (f.kind == FaultKind::kPreempt && f.profile.empty() && !f.grace_given)
     fault.error("a preempt fault needs profile (aws | gcp | azure) or params.grace_s");
   if (fault.has("restart_after")) {
-    const bool restartable = f.kind == FaultKind::kKill || f.kind == FaultKind::kPreempt || event_trace;
-    if (!restartable) fault.rejectKey("restart_after", "restart_after applies to kill and preempt faults only");
+    const bool restartable = (f.kind && endsNode(*f.kind)) || event_trace;
+    if (!restartable) fault.rejectKey("restart_after", "restart_after applies to kill, preempt and vanish faults only");
     else parseRestart(fault, &f);
   }
   return f;

@@ -64,13 +64,15 @@ bool PauseActuator::useFreezer(const std::string& node) {
 }
 
 Status PauseActuator::checkAvailable(const Fault& fault, const std::string& node) {
-  if (fault.kind != FaultKind::kPause) return Status::internal(std::string("pause actuator cannot do ") + faultKindName(fault.kind));
+  if (fault.kind != FaultKind::kPause && fault.kind != FaultKind::kVanish)
+    return Status::internal(std::string("pause actuator cannot do ") + faultKindName(fault.kind));
   if (mode_ != PauseMode::kFreezer) return Status::ok();
+  const std::string what = std::string(faultKindName(fault.kind)) + " of " + node;
   if (!freezer_supported_)
-    return Status::unavailable("pause of " + node + " with pause_mode: freezer: no usable cgroup freezer here (" +
+    return Status::unavailable(what + " with pause_mode: freezer: no usable cgroup freezer here (" +
                                why_no_freezer_ + "); run as root with the freezer controller, or set pause_mode: signal");
   if (cluster_.cgroup(node) == nullptr)
-    return Status::unavailable("pause of " + node + " with pause_mode: freezer: the node has no cgroup (node isolation "
+    return Status::unavailable(what + " with pause_mode: freezer: the node has no cgroup (node isolation "
                                "is off); set cluster.cpu_per_node or pause_mode: signal");
   return Status::ok();
 }
@@ -93,25 +95,25 @@ Result<std::vector<HealRecord>> PauseActuator::prepare(const Fault&, const std::
 }
 
 Status PauseActuator::apply(const Fault& fault, const std::string& node) {
-  active_[node].insert(fault.id);
-  if (useFreezer(node)) return cluster_.cgroup(node)->freeze().withContext(node + ": freeze");
   Result<pid_t> pgid = cluster_.processGroup(node);
-  if (!pgid.isOk()) return pgid.status();
-  stopped_pgid_[node] = *pgid;
+  if (!pgid.isOk()) return Status::notFound(node + " is not running: " + pgid.status().message());
+  Hold& hold = holds_[node];
+  if (hold.pgid != *pgid) hold = Hold{*pgid, {}};  // the process it held is gone
+  hold.faults.insert(fault.id);
+  if (useFreezer(node)) return cluster_.cgroup(node)->freeze().withContext(node + ": freeze");
   return sendToGroup(*pgid, SIGSTOP, node);
 }
 
 Status PauseActuator::revert(const Fault& fault, const std::string& node) {
-  auto it = active_.find(node);
-  if (it == active_.end() || it->second.erase(fault.id) == 0) return Status::ok();  // never applied
-  if (!it->second.empty()) return Status::ok();  // another pause still holds the node
-  active_.erase(it);
+  auto it = holds_.find(node);
+  if (it == holds_.end() || it->second.faults.erase(fault.id) == 0) return Status::ok();  // never applied
+  if (!it->second.faults.empty()) return Status::ok();  // another pause still holds the node
+  const pid_t held = it->second.pgid;
+  holds_.erase(it);
+  Result<pid_t> now = cluster_.processGroup(node);
+  if (!now.isOk() || *now != held) return Status::ok();  // that process is gone; its successor started thawed
   if (useFreezer(node)) return cluster_.cgroup(node)->thaw().withContext(node + ": thaw");
-  auto st = stopped_pgid_.find(node);
-  if (st == stopped_pgid_.end()) return Status::ok();
-  const pid_t pgid = st->second;
-  stopped_pgid_.erase(st);
-  return sendToGroup(pgid, SIGCONT, node);
+  return sendToGroup(held, SIGCONT, node);
 }
 
 }  // namespace chaosbed::chaos

@@ -4,9 +4,12 @@
 //   notice) on apply, SIGKILL on escalate (the controller schedules it grace_s later). A node in a frozen
 //   cgroup is thawed after SIGKILL, because a frozen v1 task cannot die until thawed. revert() is a no-op:
 //   a dead process comes back only by replacement (Cluster::replace). A group that is already gone is OK.
-// - PauseActuator (pause): the cgroup freezer when the node has a cgroup and the kernel a freezer, else
-//   SIGSTOP/SIGCONT to the process group (PauseMode picks: auto, freezer only, signal only). Overlapping
-//   pauses of one node nest: the node thaws when the last one is reverted.
+// - PauseActuator (pause, vanish): the cgroup freezer when the node has a cgroup and the kernel a freezer,
+//   else SIGSTOP/SIGCONT to the process group (PauseMode picks: auto, freezer only, signal only). A vanish
+//   is a freeze that is never reverted while the run lasts: the failure detector fences the node (experiments/run).
+//   Overlapping holds of one process nest: it thaws when the last one is reverted. Holds belong to the
+//   process they froze: a replacement starts thawed (the launcher thaws its cgroup) and a hold left from its
+//   predecessor neither keeps it frozen nor is thawed on it.
 
 #include <map>
 #include <set>
@@ -47,8 +50,11 @@ class PauseActuator final : public Actuator {
   PauseMode mode_;
   bool freezer_supported_;
   std::string why_no_freezer_;
-  std::map<std::string, std::set<uint64_t>> active_;  // node -> pause faults holding it
-  std::map<std::string, pid_t> stopped_pgid_;         // node -> group SIGSTOPped (signal mode)
+  struct Hold {
+    pid_t pgid = 0;             // the process group (incarnation) held
+    std::set<uint64_t> faults;  // the pause/vanish faults holding it
+  };
+  std::map<std::string, Hold> holds_;  // by node
 };
 
 }  // namespace chaosbed::chaos

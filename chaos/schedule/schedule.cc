@@ -145,7 +145,7 @@ class Drawer {
     };
     for (const std::string& n : f.targets) push(at, ActionType::kApply, n);
     for (const std::string& n : f.peers) push(at, ActionType::kApply, n);
-    if (kind == FaultKind::kKill || kind == FaultKind::kPreempt) {
+    if (endsNode(kind)) {
       const double dead_at = at + (kind == FaultKind::kPreempt ? f.params.grace_s : 0.0);
       if (kind == FaultKind::kPreempt)
         for (const std::string& n : f.targets) push(dead_at, ActionType::kEscalate, n);
@@ -381,7 +381,7 @@ Status checkBlastRadius(const Plan& plan, const std::vector<NodeInfo>& nodes) {
     if (a.trigger) continue;
     const Fault& f = plan.fault(a.fault_id);
     const auto key = std::make_pair(a.fault_id, a.node);
-    const bool down = (f.kind == FaultKind::kKill && a.type == ActionType::kApply) ||
+    const bool down = ((f.kind == FaultKind::kKill || f.kind == FaultKind::kVanish) && a.type == ActionType::kApply) ||
                       (f.kind == FaultKind::kPreempt && a.type == ActionType::kEscalate) ||
                       (f.kind == FaultKind::kPause && a.type == ActionType::kApply);
     const bool up = (a.type == ActionType::kReplace) || (f.kind == FaultKind::kPause && a.type == ActionType::kRevert);

@@ -71,12 +71,12 @@ Result<std::vector<TraceRow>> readTrace(const std::string& path, TraceFormat for
       row.node = f[1];
       std::optional<FaultKind> kind = parseFaultKind(f[2]);
       if (!kind || *kind == FaultKind::kLink)
-        return bad("fault '" + f[2] + "' is not one of kill, preempt, pause, slow");
+        return bad("fault '" + f[2] + "' is not one of kill, preempt, vanish, pause, slow");
       row.kind = *kind;
       if (f.size() == 4 && !f[3].empty()) {
         std::optional<double> d = number(f[3]);
         if (!d || *d <= 0) return bad("duration_s '" + f[3] + "' is not a positive number");
-        if (row.kind == FaultKind::kKill || row.kind == FaultKind::kPreempt)
+        if (endsNode(row.kind))
           return bad("a " + f[2] + " has no duration");
         row.duration_s = *d;
       }

@@ -25,6 +25,8 @@ nlohmann::json FaultEpisode::toJson() const {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   return {{"fault", fault.name},     {"kind", fault.kind},           {"node", fault.node},
           {"start_s", fault.t},      {"pre_fault_steps_per_s", opt(pre_fault_rate)},
+          {"detected_at_s", opt(fault.detected_t)},
+          {"detection_s", fault.detected_t ? nlohmann::json(*fault.detected_t - fault.t) : nlohmann::json(nullptr)},
           {"recovered_at_s", opt(recovered_at)}, {"seconds", opt(seconds())}};
 }
 

@@ -22,6 +22,9 @@ namespace chaosbed::run {
 struct FaultStart {
   std::string name, kind, node;
   double t = 0;  // training time of the apply, in seconds
+  // When the cluster saw the node go (its exit; for a vanish or an overlong pause, the failure detector's
+  // declaration); none for faults that do not end a node.
+  std::optional<double> detected_t;
 };
 
 struct FaultEpisode {

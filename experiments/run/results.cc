@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -150,6 +151,13 @@ nlohmann::json StrategyResult::faultEpisodesJson() const {
   return out;
 }
 
+double StrategyResult::detectionSeconds() const {
+  double longest = 0;
+  for (const FaultEpisode& e : fault_episodes)
+    if (e.fault.detected_t) longest = std::max(longest, *e.fault.detected_t - e.fault.t);
+  return longest;
+}
+
 nlohmann::json StrategyResult::recoveryEpisodes() const {
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < recovery_seconds.size(); ++i)
@@ -182,6 +190,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"recovery_seconds", recovery_seconds},
                       {"recovery_episodes", recoveryEpisodes()},
                       {"fault_episodes", faultEpisodesJson()},
+                      {"detection_seconds", detectionSeconds()},
                       {"longest_stall_seconds", longest_stall_seconds},
                       {"paused_seconds", workers.seconds[int(TimeCategory::kPaused)]},
                       {"accounting_residual", accounting_residual},

@@ -16,8 +16,10 @@
 #include "chaos/actuators/link.h"
 #include "chaos/cluster.h"
 #include "chaos/controller.h"
+#include "core/control/failure_detector.h"
 #include "core/control/keys.h"
 #include "core/control/supervision.h"
+#include "core/isolation/cgroup.h"
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
 #include "core/runtime/link_command.h"
@@ -87,6 +89,18 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
   Status replace(const std::string& node) override {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    {
+      // A vanished node is replaced once its loss is detected (handleExits), never before: until then the
+      // cluster does not know that it is gone. (The launcher is asked first: exits_mu_ is never held while
+      // calling it.)
+      const bool running = launcher_->running(node);
+      MutexLock lock(exits_mu_);
+      if (vanished_.count(node) && running) {
+        replace_when_lost_.insert(node);
+        LOG(INFO) << strategy_.label << ": " << node << " vanished; its replacement waits for the detection";
+        return Status::ok();
+      }
+    }
     MutexLock lock(mu_);
     return restartLocked(node);
   }
@@ -104,8 +118,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void chaosApplying(const chaos::Fault& f, const std::string& node) {
     if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(f.kind));
     MutexLock lock(exits_mu_);
-    fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now()});
-    if (f.kind == chaos::FaultKind::kKill || f.kind == chaos::FaultKind::kPreempt) chaos_killed_.insert(node);
+    fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now(), std::nullopt});
+    if (chaos::endsNode(f.kind)) chaos_killed_.insert(node);
+    if (f.kind == chaos::FaultKind::kVanish) vanished_.insert(node);
   }
 
  private:
@@ -131,6 +146,12 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   Status waitReady(const std::vector<std::string>& names, Deadline deadline);
   void onExit(const ExitInfo& info);
   void handleExits();
+  // Every heartbeat interval: hands each running node's heartbeat to the failure detector and fences those
+  // it declares lost.
+  void checkLiveness();
+  void declareLost(const control::FailureDetector::Lost& lost);
+  // The loss of node was seen at t (its exit, or its declaration): the faults on it that caused it are detected.
+  void markDetected(const std::string& node, double t, bool declared) CHAOSBED_REQUIRES(exits_mu_);
   Status restartLocked(const std::string& node) CHAOSBED_REQUIRES(mu_);
   void checkReplacements();
   void readEvents();
@@ -176,6 +197,8 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
   std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
   std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
+  std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
+  std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);  // replacements due, awaiting that
 
   // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
   // killed) both use them.
@@ -183,6 +206,8 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::unique_ptr<control::Supervision> supervision_ CHAOSBED_GUARDED_BY(mu_);
 
   // The supervisor's thread only.
+  control::FailureDetector detector_{spec_.cluster.failure_detection.timeout_s};
+  std::optional<SteadyClock::time_point> last_liveness_check_;
   int streak_ = 0;            // consecutive evaluations at or above the target
   double streak_start_s_ = 0;
   int64_t events_read_ = 0;
@@ -327,6 +352,14 @@ void Supervisor::handleExits() {
   for (const ExitInfo& e : exits) {
     auto id = control::NodeId::parse(e.name);
     if (!id) continue;  // not a node of ours (the launcher only starts names from names_)
+    detector_.forget(*id);
+    bool replace_now = false;
+    if (!e.requested) {
+      MutexLock lock(exits_mu_);
+      markDetected(e.name, now(), /*declared=*/false);
+      vanished_.erase(e.name);
+      replace_now = replace_when_lost_.erase(e.name) > 0;
+    }
     control::NodeExit exit;
     exit.node = *id;
     exit.requested = e.requested;
@@ -342,6 +375,66 @@ void Supervisor::handleExits() {
     if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
                                                 {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
     execute(actions);
+    if (replace_now)
+      if (Status s = restartLocked(e.name); !s.isOk()) LOG(ERROR) << "replacing " << e.name << ": " << s.toString();
+  }
+}
+
+void Supervisor::markDetected(const std::string& node, double t, bool declared) {
+  for (FaultStart& f : fault_starts_) {
+    if (f.node != node || f.detected_t || f.t > t) continue;
+    // An exit is the detection of the faults that end a node; a declaration also of a pause that outlasted
+    // the timeout.
+    const auto kind = chaos::parseFaultKind(f.kind);
+    if (kind && (chaos::endsNode(*kind) || (declared && *kind == chaos::FaultKind::kPause))) f.detected_t = t;
+  }
+}
+
+void Supervisor::checkLiveness() {
+  const auto& fd = spec_.cluster.failure_detection;
+  const auto now_steady = SteadyClock::now();
+  if (stop_sent_ || (last_liveness_check_ && now_steady - *last_liveness_check_ < std::chrono::duration<double>(fd.heartbeat_s)))
+    return;
+  last_liveness_check_ = now_steady;
+  const double t = now();
+  for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id || id->role == control::Role::kEvaluator) continue;  // it trains nothing and reports no wall time
+    if (!launcher_->running(name)) {
+      detector_.forget(*id);
+      continue;
+    }
+    // The heartbeat: the node's own report, refreshed every 250 ms while it lives, its wall time growing.
+    auto v = ctx_.store->get(keys_.stats(name, launcher_->incarnation(name) - 1), deadlineIn(200ms));
+    auto stats = v.isOk() ? NodeStats::decode(*v) : Result<NodeStats>(v.status());
+    if (!stats.isOk() || stats->final_report || stats->wall_seconds <= 0) {
+      detector_.forget(*id);  // starting (not armed yet) or finishing (not silent, done)
+      continue;
+    }
+    detector_.observe(*id, stats->wall_seconds, t);
+  }
+  for (const control::FailureDetector::Lost& lost : detector_.expired(t)) declareLost(lost);
+}
+
+void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
+  const std::string name = lost.node.name();
+  const double t = now();
+  LOG(INFO) << strategy_.label << ": " << name << " declared lost at " << t << " s (silent since " << lost.silent_since_s
+            << " s; failure_detection.timeout_s " << detector_.timeout_s() << ")";
+  if (ctx_.events) (void)ctx_.events->append({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
+                                              {"silent_since_s", lost.silent_since_s}, {"timeout_s", detector_.timeout_s()},
+                                              {"t", t}});
+  {
+    MutexLock lock(exits_mu_);
+    markDetected(name, t, /*declared=*/true);
+  }
+  // Fence it, as a cluster manager does before it replaces a node: its exit is then the failure the
+  // strategy recovers from. A frozen v1 task dies only once thawed.
+  if (Status s = launcher_->signal(name, SIGKILL); !s.isOk()) LOG(WARNING) << "fencing " << name << ": " << s.toString();
+  if (NodeCgroup* cg = launcher_->cgroup(name)) {
+    Result<bool> frozen = cg->isFrozen();
+    if (frozen.isOk() && *frozen)
+      if (Status s = cg->thaw(); !s.isOk()) LOG(WARNING) << "thawing " << name << " after fencing it: " << s.toString();
   }
 }
 
@@ -570,6 +663,7 @@ Result<StrategyResult> Supervisor::run() {
     handleExits();
     checkReplacements();
     readEvents();
+    checkLiveness();
     {
       MutexLock lock(mu_);
       execute(supervision_->onTick(now()));
@@ -624,13 +718,19 @@ Result<StrategyResult> Supervisor::run() {
       if (ended) requestStop(*ended);
     }
     if (stop_sent_) {
-      if (!stopped_at) stopped_at = SteadyClock::now();
+      if (!stopped_at) {
+        stopped_at = SteadyClock::now();
+        // Measuring is over: heal every fault now, so that a frozen node can finish its step and exit
+        // instead of holding the drain for kDrainS.
+        if (chaos_controller)
+          if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
+      }
       if (!any_worker || SteadyClock::now() - *stopped_at > std::chrono::duration<double>(kDrainS)) break;
     }
     std::this_thread::sleep_for(kTick);
   }
   if (chaos_controller) {
-    if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
+    if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();  // no-op if stopped
     result_.faults_applied = int(chaos_controller->appliedCount());
     result_.chaos_leaks = chaos_controller->leakCount();
   }

@@ -79,6 +79,9 @@ struct StrategyResult {
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
   nlohmann::json faultEpisodesJson() const;
+  // The longest detection delay of a fault that ended a node (from the fault to the exit the strategy
+  // saw: a kill in milliseconds, a vanish after failure_detection.timeout_s); 0 without such a fault.
+  double detectionSeconds() const;
   // Per role, the node-seconds of wall time and of each category, summed over every process.
   nlohmann::json nodeSeconds() const;
 };

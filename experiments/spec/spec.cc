@@ -90,12 +90,21 @@ void parseMetadata(const ConfigNode& root, ExperimentSpec* spec) {
 
 void parseCluster(const ConfigNode& root, ClusterSpec* c) {
   ConfigNode n = root.requiredChild("cluster");
-  n.checkKeys({"workers", "servers", "cpu_per_node", "transport", "hosts"});
+  n.checkKeys({"workers", "servers", "cpu_per_node", "transport", "hosts", "failure_detection"});
   c->workers = n.required<int>("workers", Range::closed(1, kMaxNodes));
   c->servers = n.optional<int>("servers", c->servers, Range::closed(0, kMaxNodes));
   c->cpu_per_node = n.optional<double>("cpu_per_node", c->cpu_per_node, Range::closed(0, kMaxNodes));
   c->transport = enumFrom(n.oneOf("transport", {"ucx", "nccl"}, "ucx"), kTransports, Transport::kUcx);
   c->hosts = enumFrom(n.oneOf("hosts", {"local", "netns"}, "local"), kHosts, Hosts::kLocal);
+  ConfigNode fd = n.child("failure_detection");
+  fd.checkKeys({"heartbeat_s", "timeout_s"});
+  FailureDetectionSpec& d = c->failure_detection;
+  d.heartbeat_s = fd.optional<double>("heartbeat_s", d.heartbeat_s, Range{0, 3600, true, false});
+  d.timeout_s = fd.optional<double>("timeout_s", d.timeout_s, Range::closed(0.1, 86400));
+  if (d.timeout_s < d.heartbeat_s)
+    fd.errorAt(fd.has("timeout_s") ? "timeout_s" : "heartbeat_s",
+               "timeout_s (" + config::formatDouble(d.timeout_s) + ") must be at least heartbeat_s (" +
+                   config::formatDouble(d.heartbeat_s) + "): a node cannot be declared lost before it was checked");
 }
 
 void parseData(const ConfigNode& root, const std::string& file, DataSpec* d) {
@@ -517,6 +526,10 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitDouble(e, "cpu_per_node", spec.cluster.cpu_per_node);
   emitPlain(e, "transport", name(spec.cluster.transport));
   emitPlain(e, "hosts", name(spec.cluster.hosts));
+  e << YAML::Key << "failure_detection" << YAML::Value << YAML::BeginMap;
+  emitDouble(e, "heartbeat_s", spec.cluster.failure_detection.heartbeat_s);
+  emitDouble(e, "timeout_s", spec.cluster.failure_detection.timeout_s);
+  e << YAML::EndMap;
   e << YAML::EndMap;
 
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;

@@ -5,7 +5,8 @@
 //   kind: Experiment                       # required
 //   metadata: {name: spot-preemption, description: ..., labels: {team: ml}}   # name required
 //   seed: 42                               # default 1; training.seed defaults to it
-//   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx, hosts: local}
+//   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx, hosts: local,
+//             failure_detection: {heartbeat_s: 5, timeout_s: 30}}
 //   model: {kind: mlp, layers: [784, 256, 128, 10]}    # layers: data dims first, classes last
 //   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
 //         # synthetic: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
@@ -66,12 +67,25 @@ struct Metadata {
   bool operator==(const Metadata&) const = default;
 };
 
+// How long the cluster takes to declare a silent node lost (a vanished host, a node paused for too long).
+// Liveness is checked every heartbeat_s; a node whose heartbeat has not changed for timeout_s is declared
+// lost and fenced (SIGKILL), so that the strategy recovers as from a crash. The detection delay lies in
+// [timeout_s - heartbeat_s, timeout_s + heartbeat_s]. The defaults are PyTorch elastic's keep-alive (every
+// 5 s) and a timeout between its 15 s (3 missed keep-alives) and TensorFlow's collective health check
+// (every 30 s, 10 s timeout); see docs/design.md.
+struct FailureDetectionSpec {
+  double heartbeat_s = 5;   // (0, 3600]
+  double timeout_s = 30;    // [heartbeat_s, 86400]
+  bool operator==(const FailureDetectionSpec&) const = default;
+};
+
 struct ClusterSpec {
   int workers = 0;           // required, in [1, 1024]
   int servers = 1;           // parameter-server processes; >= 1 when a parameter_server strategy is listed
   double cpu_per_node = 0;   // CPU quota per node in cores; 0 = no quota
   Transport transport = Transport::kUcx;
   Hosts hosts = Hosts::kLocal;
+  FailureDetectionSpec failure_detection;
   bool operator==(const ClusterSpec&) const = default;
 };
 

@@ -181,6 +181,73 @@ chaos:
   EXPECT_GE(m["node_seconds"]["workers"]["peer"].get<double>(), 1.8) << m.dump(2);
 }
 
+// A vanished worker (frozen: nothing is closed, so no peer sees an error) is noticed only by the failure
+// detector: it is declared lost timeout_s after it went silent (the delay lies in [timeout - heartbeat,
+// timeout + heartbeat]), fenced, and only then replaced (restart_after counts from the vanish, but no
+// replacement starts before the detection). Recovery starts at the detection, not at the vanish.
+TEST(RunExperiment, AVanishedWorkerIsDeclaredLostAfterTheDetectionTimeout) {
+  const std::string out = testing::makeTempDir("run-vanish");
+  ASSERT_FALSE(out.empty());
+  const std::string spec = out + ".yaml";
+  {
+    std::ofstream f(spec);
+    f << R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: vanish-detection}
+seed: 4
+cluster:
+  workers: 3
+  servers: 1
+  failure_detection: {heartbeat_s: 0.5, timeout_s: 5}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+# sustained_evals above the run's 22 evaluations: the run lasts its time limit, whatever the accuracy.
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 11,
+           eval_interval_s: 0.5, sustained_evals: 100, checkpoint_interval_s: 1}
+strategies:
+  - {name: mirrored, on_failure: elastic}
+  - {name: parameter_server}
+chaos:
+  faults:
+    - {name: gone, action: vanish, target: {role: worker, index: 2}, at_s: 2.0, restart_after: {fixed_s: 1}}
+)";
+  }
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+  std::map<std::string, std::map<std::string, double>> first;  // strategy -> event type -> first t for worker-2
+  std::istringstream lines(readFile(out + "/r/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (!e.is_object() || e.value("node", "") != "worker-2" || !e.contains("t")) continue;
+    first[e.value("strategy", "")].try_emplace(e.value("type", ""), e["t"].get<double>());
+  }
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const auto& s = summary["strategies"][label];
+    ASSERT_EQ(s["fault_episodes"].size(), 1u) << s.dump(2);
+    const auto& e = s["fault_episodes"][0];
+    EXPECT_EQ(e["kind"], "vanish");
+    ASSERT_FALSE(e["detection_s"].is_null()) << e.dump();
+    EXPECT_NEAR(e["detection_s"].get<double>(), 5.0, 1.0) << e.dump();
+    auto& ev = first[label];
+    ASSERT_TRUE(ev.count("node.lost")) << "worker-2 was never declared lost";
+    ASSERT_TRUE(ev.count("node.exited")) << "worker-2 was never fenced";
+    ASSERT_TRUE(ev.count("node.restarted")) << "worker-2 was never replaced";
+    EXPECT_GE(ev["node.exited"], ev["node.lost"]);
+    EXPECT_GE(ev["node.restarted"], ev["node.lost"]) << "replaced before its loss was detected";
+    EXPECT_GE(s["failures"].get<int>(), 1) << s.dump(2);
+    EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
+  }
+  // Mirrored's two survivors wait in their all-reduce until the fence makes it fail (the collective timeout,
+  // 60 s, never fires): a failed collective is booked as recovery, so each books about the detection delay.
+  const auto& m = summary["strategies"]["mirrored"];
+  EXPECT_GE(m["node_seconds"]["workers"]["recovery"].get<double>(), 2 * 4.0) << m.dump(2);
+  EXPECT_GE(m["recoveries"].get<int>(), 1) << m.dump(2);
+}
+
 // Progress triggers fire on each node's own progress: an epoch trigger fires in a run (4096 samples,
 // 2 workers x 32 per step: epoch 1 begins at step 64), and a step trigger that names a worker fires at that
 // worker's step.

@@ -95,6 +95,26 @@ TEST(ChaosSchedule, AddingAFaultDoesNotReshuffleOthers) {
   EXPECT_FALSE(poissonTimes(before).empty());
 }
 
+// A vanish ends its node like a kill: an apply, no revert, and a replacement after restart_after; it takes
+// params and duration_s no more than a kill does.
+TEST(ChaosSchedule, AVanishIsApplyThenReplaceWithNoRevert) {
+  ChaosSpec spec = parseOk(R"(
+chaos:
+  faults:
+    - {name: v, action: vanish, target: {role: worker, index: 1}, at_s: 10, restart_after: {fixed_s: 5}}
+)");
+  Plan p = drawOk(spec, 1, 300);
+  ASSERT_EQ(p.faults.size(), 1u);
+  EXPECT_EQ(p.faults[0].kind, FaultKind::kVanish);
+  std::vector<std::pair<ActionType, double>> actions;
+  for (const Action& a : p.actions) actions.emplace_back(a.type, a.at_s);
+  EXPECT_EQ(actions, (std::vector<std::pair<ActionType, double>>{{ActionType::kApply, 10}, {ActionType::kReplace, 15}}));
+  config::Diagnostics diags;
+  testing::parseChaosYaml("chaos:\n  faults:\n    - {name: v, action: vanish, target: {role: worker}, at_s: 1, duration_s: 2}\n",
+                          &diags);
+  EXPECT_NE(diags.toString().find("a vanish is instantaneous; it has no duration"), std::string::npos) << diags.toString();
+}
+
 TEST(ChaosSchedule, PoissonCountsWithinFourSigma) {
   // Kill with instant replacement keeps the arrival process a pure Poisson process per node.
   ChaosSpec spec = parseOk(R"(

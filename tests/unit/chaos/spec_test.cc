@@ -93,7 +93,7 @@ TEST(ChaosSpec, KindSpecificRules) {
             std::string::npos);
   EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: pause, target: {role: worker}, at_s: 1, "
                      "restart_after: {fixed_s: 1}}\n")
-                .find("restart_after applies to kill and preempt faults only"),
+                .find("restart_after applies to kill, preempt and vanish faults only"),
             std::string::npos);
   EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: pause, target: {role: worker}}\n")
                 .find("missing when to inject"),
@@ -112,7 +112,7 @@ TEST(ChaosSpec, TraceErrorsNameTheTraceFile) {
     out << "1,worker-0,kill\n2,worker-1,explode\n";
   }
   const std::string e = errorsOf("chaos:\n  faults:\n    - {name: t, schedule: {trace: {path: " + path + "}}}\n");
-  EXPECT_NE(e.find(path + ":2: fault 'explode' is not one of kill, preempt, pause, slow"), std::string::npos) << e;
+  EXPECT_NE(e.find(path + ":2: fault 'explode' is not one of kill, preempt, vanish, pause, slow"), std::string::npos) << e;
   EXPECT_NE(e.find("chaos.faults[0].schedule.trace.path"), std::string::npos) << e;
 }
 
