@@ -31,6 +31,8 @@ constexpr Command kCommands[] = {
     {"run", "run an experiment: every strategy under the same chaos (chaosbed run SPEC [--out DIR])",
      chaosbed::cli::runExperiment},
     {"report", "regenerate a results directory's report.html: chaosbed report DIR", chaosbed::cli::runReport},
+    {"tune", "find each strategy's best no-fault training recipe over a small grid (chaosbed tune SPEC [--out DIR])",
+     chaosbed::cli::runTune},
     {"sweep", "run a spec's sweep grid x seeds plus a no-chaos baseline (chaosbed sweep SPEC [--out DIR])", chaosbed::cli::runSweep},
     {"suite", "run a resilience suite: chaosbed suite SUITE [--junit FILE] [--out DIR]", chaosbed::cli::runSuite},
     {"worker", "run one worker node (started by the launcher)", chaosbed::cli::runWorker, true},

@@ -11,6 +11,7 @@ const char* timeCategoryName(TimeCategory c) {
   switch (c) {
     case TimeCategory::kCompute: return "compute";
     case TimeCategory::kTransfer: return "transfer";
+    case TimeCategory::kCheckpoint: return "checkpoint";
     case TimeCategory::kIdlePeer: return "peer";
     case TimeCategory::kIdleServer: return "server";
     case TimeCategory::kIdleRecovery: return "recovery";
@@ -94,7 +95,8 @@ double NodeStats::idleSeconds() const {
 }
 
 double NodeStats::busySeconds() const {
-  return seconds[int(TimeCategory::kCompute)] + seconds[int(TimeCategory::kTransfer)] + idleSeconds();
+  return seconds[int(TimeCategory::kCompute)] + seconds[int(TimeCategory::kTransfer)] +
+         seconds[int(TimeCategory::kCheckpoint)] + idleSeconds();
 }
 
 double NodeStats::bookedSeconds() const {

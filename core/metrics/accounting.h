@@ -1,7 +1,8 @@
 #pragma once
 // Accounting: where a node's wall time goes and what its work was worth, with the definitions of
 // DESIGN.md ("Measurements"):
-// - compute: forward/backward/update; transfer: moving data (not waiting for others);
+// - compute: forward/backward/update; transfer: moving data (not waiting for others); checkpoint: saving
+//   the node's state (its own time: others waiting for it book peer idle);
 // - idle, by reason: peer (slower, paused or dead peers at a collective or a staleness bound), server
 //   (waiting for a parameter server), recovery (failure detection, rendezvous, checkpoint restore);
 // - paused: the node itself was frozen (SIGSTOP, the cgroup freezer). A frozen process cannot book
@@ -34,9 +35,10 @@
 
 namespace chaosbed {
 
-enum class TimeCategory : uint8_t { kCompute, kTransfer, kIdlePeer, kIdleServer, kIdleRecovery, kPaused };
-inline constexpr int kTimeCategories = 6;
-const char* timeCategoryName(TimeCategory c);  // "compute", "transfer", "peer", "server", "recovery", "paused"
+enum class TimeCategory : uint8_t { kCompute, kTransfer, kCheckpoint, kIdlePeer, kIdleServer, kIdleRecovery, kPaused };
+inline constexpr int kTimeCategories = 7;
+// "compute", "transfer", "checkpoint", "peer", "server", "recovery", "paused"
+const char* timeCategoryName(TimeCategory c);
 
 // Cumulative histogram with fixed upper bounds (Prometheus style: counts[i] = observations <= bounds[i],
 // plus +Inf as the last count).
@@ -78,7 +80,7 @@ struct NodeStats {
   Histogram recovery_seconds = recoverySecondsHistogram();
 
   double idleSeconds() const;
-  double busySeconds() const;  // compute + transfer + idle
+  double busySeconds() const;  // compute + transfer + checkpoint + idle: every instant it was not paused
   double bookedSeconds() const;  // every category, paused included
   // |wall - booked| / wall: 0 when every instant was booked exactly once; 0 without a wall time.
   double residualFraction() const;

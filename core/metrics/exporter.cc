@@ -123,6 +123,7 @@ class Snapshot final : public prometheus::Collectable {
     auto& lost = b.family("chaosbed_samples_lost_total", "Samples rolled back (not in the final model).", C);
     auto& compute = b.family("chaosbed_compute_seconds_total", "Seconds spent computing (forward, backward, update).", C);
     auto& transfer = b.family("chaosbed_transfer_seconds_total", "Seconds spent moving data.", C);
+    auto& checkpoint = b.family("chaosbed_checkpoint_seconds_total", "Seconds spent saving checkpoints.", C);
     auto& idle = b.family("chaosbed_idle_seconds_total",
                           "Seconds a live node waited on others, by reason (peer, server, recovery).", C);
     auto& ckpt = b.family("chaosbed_checkpoint_writes_total", "Checkpoints written.", C);
@@ -170,6 +171,7 @@ class Snapshot final : public prometheus::Collectable {
       lost.metric.push_back(sample(l, C, double(n.samples_lost)));
       compute.metric.push_back(sample(l, C, n.seconds[int(TimeCategory::kCompute)]));
       transfer.metric.push_back(sample(l, C, n.seconds[int(TimeCategory::kTransfer)]));
+      checkpoint.metric.push_back(sample(l, C, n.seconds[int(TimeCategory::kCheckpoint)]));
       for (TimeCategory c : {TimeCategory::kIdlePeer, TimeCategory::kIdleServer, TimeCategory::kIdleRecovery}) {
         auto lr = l;
         lr.push_back({"reason", timeCategoryName(c)});

@@ -236,8 +236,8 @@ void MirroredWorker::writeCheckpoint(const char* reason) {
                       {"seed", std::to_string(cfg_.seed)}};
     s = checkpoint_dir_->save(state);
   }
-  // Writing to disk moves data; the other members wait for it at the next step (idle, peer).
-  ctx_.accounting.add(TimeCategory::kTransfer, secondsSince(started));
+  // The saver's own time; the other members wait for it at the next step (idle, peer).
+  ctx_.accounting.add(TimeCategory::kCheckpoint, secondsSince(started));
   ctx_.accounting.checkpoint(s.isOk());
   if (s.isOk()) {
     (void)ctx_.control.event("checkpoint", {{"step", progress_.step}, {"reason", reason}});

@@ -20,6 +20,11 @@
 // Servers snapshot their shard for the evaluator at every eval tick (tags.h kShardSnapshotTag) and
 // checkpoint it every checkpoint_interval_s; a replacement server restores its latest good checkpoint and
 // accounts the updates it lost as rolled-back samples (batch_per_worker / shards per lost update).
+//
+// Preemption notice (checkpoint_on_notice; SIGTERM, then SIGKILL after the grace period): a server saves
+// its shard at once and waits until it is on disk, then serves on until it is killed, so that its
+// replacement loses only the updates of the grace period. A worker has nothing of its own to save: it
+// leaves after the step it is in, so no push is cut off halfway.
 
 #include "core/strategies/parameter_server.h"
 
@@ -149,6 +154,7 @@ class PsServer {
   void applyRound();
   void maybeSnapshot();
   void maybeCheckpoint(bool force);
+  void onNotice();
   void publishApplied();
 
   NodeContext& ctx_;
@@ -188,15 +194,17 @@ class PsServer {
   void countCheckpoints();
   SteadyClock::time_point next_checkpoint_;
   SteadyClock::time_point next_publish_;
+  bool acted_on_notice_ = false;
 };
 
 Status PsServer::restore() {
   CHAOSBED_ASSIGN_OR_RETURN(CheckpointDir dir, CheckpointDir::open(ctx_.checkpoint_dir + "/ps-" + std::to_string(shard_), 3));
   checkpoints_ = dir;
+  writer_ = std::make_unique<AsyncCheckpointWriter>(*checkpoints_);
   // A shard's first process starts from the initial parameters: a checkpoint it finds is not its own.
-  auto loaded = ctx_.control.incarnation() == 0
-                    ? Result<LoadedCheckpoint>(Status::notFound("first incarnation: nothing of its own to restore"))
-                    : dir.loadLatestGood();
+  if (ctx_.control.incarnation() == 0) return Status::ok();
+  auto loaded = dir.loadLatestGood();
+  if (!loaded.isOk() && loaded.status().code() != StatusCode::kNotFound) return loaded.status();
   if (loaded.isOk()) {
     const TrainingState& st = loaded->state;
     if (st.params.size() != range_.count || st.optimizer.size() != 1 || st.optimizer[0].size() != range_.count)
@@ -205,34 +213,28 @@ Status PsServer::restore() {
     std::copy(st.optimizer[0].begin(), st.optimizer[0].end(), sgd_.velocity().begin());
     version_ = checkpoint_version_ = int64_t(st.step);
     for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
-    // Updates the previous incarnation applied after this checkpoint are lost.
-    const std::string applied_key = "ps/" + std::to_string(shard_) + "/applied";
-    auto applied = ctx_.control.store().get(ctx_.control.key(applied_key), deadlineIn(1s));
-    int64_t applied_version = 0;
-    if (applied.isOk()) {
-      // Written by the predecessor as a decimal version; anything else is ignored (no rollback is counted).
-      // The bound keeps lost_updates * batch_per_worker far from overflow.
-      constexpr int64_t kMaxVersion = int64_t{1} << 40;
-      const char* end = applied->data() + applied->size();
-      auto [p, ec] = std::from_chars(applied->data(), end, applied_version);
-      if (ec != std::errc() || p != end || applied_version < 0 || applied_version > kMaxVersion) {
-        LOG(WARNING) << "ps-" << shard_ << ": ignoring malformed " << applied_key << ": \""
-                     << config::excerpt(*applied, 40) << "\"";
-        applied = Status::dataLoss(applied_key + ": malformed");
-      }
-    }
-    if (applied.isOk()) {
-      const int64_t lost_updates = std::max<int64_t>(0, applied_version - version_);
-      const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
-      ctx_.accounting.rollback(lost);
-      (void)ctx_.control.event("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},
-                                            {"samples_lost", lost}});
-    }
     (void)ctx_.control.event("restored", {{"shard", shard_}, {"version", version_}, {"path", loaded->path}});
-  } else if (loaded.status().code() != StatusCode::kNotFound) {
-    return loaded.status();
   }
-  writer_ = std::make_unique<AsyncCheckpointWriter>(*checkpoints_);
+  // Updates the previous incarnation applied after this checkpoint (all of them, without one) are lost.
+  const std::string applied_key = "ps/" + std::to_string(shard_) + "/applied";
+  auto applied = ctx_.control.store().get(ctx_.control.key(applied_key), deadlineIn(1s));
+  if (!applied.isOk()) return Status::ok();
+  // Written by the predecessor as a decimal version; anything else is ignored (no rollback is counted).
+  // The bound keeps lost_updates * batch_per_worker far from overflow.
+  constexpr int64_t kMaxVersion = int64_t{1} << 40;
+  int64_t applied_version = 0;
+  const char* end = applied->data() + applied->size();
+  auto [p, ec] = std::from_chars(applied->data(), end, applied_version);
+  if (ec != std::errc() || p != end || applied_version < 0 || applied_version > kMaxVersion) {
+    LOG(WARNING) << "ps-" << shard_ << ": ignoring malformed " << applied_key << ": \""
+                 << config::excerpt(*applied, 40) << "\"";
+    return Status::ok();
+  }
+  const int64_t lost_updates = std::max<int64_t>(0, applied_version - version_);
+  const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
+  ctx_.accounting.rollback(lost);
+  (void)ctx_.control.event("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},
+                                        {"samples_lost", lost}});
   return Status::ok();
 }
 
@@ -447,6 +449,7 @@ void PsServer::maybeCheckpoint(bool force) {
   next_checkpoint_ = now + std::chrono::duration_cast<SteadyClock::duration>(
                                std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
   if (version_ == checkpoint_version_ && !force) return;
+  Accounting::Timer t(ctx_.accounting, TimeCategory::kCheckpoint);  // the copy; the writer saves it meanwhile
   TrainingState st;
   st.params = params_;
   st.optimizer.emplace_back(sgd_.velocity().begin(), sgd_.velocity().end());
@@ -464,6 +467,19 @@ void PsServer::maybeCheckpoint(bool force) {
 void PsServer::countCheckpoints() {
   for (const uint64_t saved = writer_->saved(); counted_saved_ < saved; ++counted_saved_) ctx_.accounting.checkpoint(true);
   for (const uint64_t failed = writer_->failed(); counted_failed_ < failed; ++counted_failed_) ctx_.accounting.checkpoint(false);
+}
+
+void PsServer::onNotice() {
+  acted_on_notice_ = true;
+  maybeCheckpoint(true);
+  Status saved;
+  {
+    Accounting::Timer t(ctx_.accounting, TimeCategory::kCheckpoint);
+    saved = writer_->flush(deadlineIn(10s));
+  }
+  countCheckpoints();
+  (void)ctx_.control.event("notice_checkpoint", {{"shard", shard_}, {"version", version_}, {"saved", saved.isOk()},
+                                                 {"error", saved.isOk() ? "" : saved.toString()}});
 }
 
 Status PsServer::run() {
@@ -486,6 +502,7 @@ Status PsServer::run() {
     retryUnreached();
     maybeSnapshot();
     maybeCheckpoint(false);
+    if (ctx_.strategy.checkpoint_on_notice && !acted_on_notice_ && ctx_.noticeReceived()) onNotice();
   }
   request_->cancel();
   maybeCheckpoint(true);
@@ -622,6 +639,10 @@ Status PsWorker::run() {
   data::Batch batch;
   int64_t steps = 0;
   while (!timeUp(ctx_) && (ctx_.config.max_steps == 0 || steps < ctx_.config.max_steps)) {
+    if (ctx_.strategy.checkpoint_on_notice && ctx_.noticeReceived()) {
+      (void)ctx_.control.event("left_on_notice", {{"step", steps}});
+      break;
+    }
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);  // the step's own bookkeeping
     const auto step_start = SteadyClock::now();
     {

@@ -40,7 +40,8 @@ struct StrategyOptions {
   std::string label;                       // unique name in results ("mirrored-elastic")
   bool elastic = false;                    // mirrored on_failure: restart (false) | elastic (true)
   int backup_workers = 0;                  // mirrored: drop the last b gradients of a step
-  bool checkpoint_on_notice = false;       // mirrored: agree on a step, save, exit on SIGTERM
+  // On SIGTERM: mirrored agrees on a step, saves and leaves; a PS server saves its shard; a PS worker leaves.
+  bool checkpoint_on_notice = false;
   bool job_restart = false;                // parameter_server on_server_failure: shard_restart | job_restart
   std::optional<int> max_staleness;        // parameter_server: nullopt = fully async, 0 = synchronous
   int shards = 1;                          // parameter_server: number of server shards

@@ -24,6 +24,8 @@ bool checkMetricsFlags(const char* command);
 int runReport(int argc, char** argv);
 // `chaosbed sweep SPEC` (sweep.cc): grid x seeds + baseline, resumable; sweep.csv and crossover.svg.
 int runSweep(int argc, char** argv);
+// `chaosbed tune SPEC` (tune.cc): each strategy's best no-fault recipe over a small grid; tuned.yaml.
+int runTune(int argc, char** argv);
 // `chaosbed suite SUITE --junit FILE` (suite.cc): scenarios with assertions; JUnit XML; exit 0/1/3/4.
 int runSuite(int argc, char** argv);
 

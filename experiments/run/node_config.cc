@@ -2,16 +2,16 @@
 
 namespace chaosbed::run {
 
-TrainingConfig trainingConfig(const spec::ExperimentSpec& s) {
+TrainingConfig trainingConfig(const spec::ExperimentSpec& s, const spec::StrategySpec& st) {
   TrainingConfig c;
   c.layers = s.model.layers;
   c.dataset = spec::name(s.data.dataset);
   c.data_path = s.data.path;
   if (s.data.dataset == spec::Dataset::kSynthetic) c.synthetic_samples = s.data.samples;
-  c.batch_per_worker = s.training.batch_per_worker;
-  c.learning_rate = s.training.learning_rate;
-  c.momentum = s.training.momentum;
-  c.weight_decay = s.training.weight_decay;
+  c.batch_per_worker = st.recipe.batch_per_worker;
+  c.learning_rate = st.recipe.learning_rate;
+  c.momentum = st.recipe.momentum;
+  c.weight_decay = st.recipe.weight_decay;
   c.seed = uint64_t(s.training.seed);
   c.target_accuracy = s.training.target_accuracy;
   c.time_limit_s = s.training.time_limit_s;

@@ -7,7 +7,8 @@
 
 namespace chaosbed::run {
 
-TrainingConfig trainingConfig(const spec::ExperimentSpec& s);
+// The strategy's recipe (spec::Recipe) and the shared rest of the spec's training.
+TrainingConfig trainingConfig(const spec::ExperimentSpec& s, const spec::StrategySpec& strategy);
 StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::StrategySpec& st);
 
 }  // namespace chaosbed::run

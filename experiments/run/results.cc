@@ -170,6 +170,8 @@ nlohmann::json StrategyResult::toJson() const {
                          {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
                          {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
   nlohmann::json j = {{"kind", kind},
+                      {"recipe", {{"batch_per_worker", recipe.batch_per_worker}, {"learning_rate", recipe.learning_rate},
+                                  {"momentum", recipe.momentum}, {"weight_decay", recipe.weight_decay}}},
                       {"tta_seconds", tta_seconds ? nlohmann::json(*tta_seconds) : nlohmann::json(nullptr)},
                       {"reached_target", tta_seconds.has_value()},
                       {"tta_sustained_seconds", tta_sustained_seconds ? nlohmann::json(*tta_sustained_seconds) : nlohmann::json(nullptr)},
@@ -183,6 +185,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"goodput_samples_per_s", goodputSamplesPerSecond()},
                       {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
                       {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
+                      {"checkpoint_seconds", workers.seconds[int(TimeCategory::kCheckpoint)]},
                       {"idle_seconds", idle},
                       {"idle_fraction", idleFraction()},
                       {"failures", failures},

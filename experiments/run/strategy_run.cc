@@ -248,7 +248,7 @@ Status Supervisor::prepare() {
                            {"prefix", prefix_},
                            {"workers", workers_},
                            {"servers", servers_},
-                           {"training", trainingConfig(spec_).toJson()},
+                           {"training", trainingConfig(spec_, strategy_).toJson()},
                            {"strategy", strategyOptions(spec_, strategy_).toJson()},
                            {"checkpoint_dir", dir_ + "/checkpoints"},
                            {"connect_timeout_s", 60.0}};
@@ -612,6 +612,7 @@ int Supervisor::aliveCount() const {
 Result<StrategyResult> Supervisor::run() {
   result_.label = strategy_.label;
   result_.kind = spec::name(strategy_.kind);
+  result_.recipe = strategy_.recipe;
   result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
   CHAOSBED_RETURN_IF_ERROR(prepare());
   CHAOSBED_RETURN_IF_ERROR(launchAll());

@@ -47,6 +47,7 @@ struct EvalPoint {
 struct StrategyResult {
   std::string label;
   std::string kind;  // "mirrored" | "parameter_server"
+  spec::Recipe recipe;  // the training recipe it ran with
   std::optional<double> tta_seconds;            // the first evaluation at or above the target
   std::optional<double> tta_sustained_seconds;  // the first of sustained_evals consecutive ones
   double tta_resolution_s = 0;                  // how late a TTA can be: the snapshot interval

@@ -183,7 +183,28 @@ void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
                                      "): no snapshot would be evaluated before the limit");
 }
 
-void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::vector<StrategySpec>* out) {
+// strategies[i].training: the recipe fields override the top-level training's; the shared ones are refused.
+Recipe parseRecipe(const ConfigNode& item, const TrainingSpec& t) {
+  Recipe r{t.batch_per_worker, t.learning_rate, t.momentum, t.weight_decay};
+  ConfigNode n = item.child("training");
+  if (!n.present() || n.isNull() || !n.expectMap()) return r;
+  static const char* const kShared[] = {"seed", "target_accuracy", "time_limit_s", "eval_interval_s",
+                                        "sustained_evals", "checkpoint_interval_s", "max_steps",
+                                        "collective_timeout_s"};
+  for (const char* key : kShared)
+    n.rejectKey(key, "is shared by every strategy, so that their results compare; set it in the top-level training");
+  n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
+               "time_limit_s", "eval_interval_s", "sustained_evals", "checkpoint_interval_s", "max_steps",
+               "collective_timeout_s"});
+  r.batch_per_worker = n.optional<int>("batch_per_worker", r.batch_per_worker, Range::closed(1, 1 << 16));
+  r.learning_rate = n.optional<double>("learning_rate", r.learning_rate, Range::positive());
+  r.momentum = n.optional<double>("momentum", r.momentum, Range{0, 1, false, true});
+  r.weight_decay = n.optional<double>("weight_decay", r.weight_decay, Range::nonNegative());
+  return r;
+}
+
+void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, const TrainingSpec& training,
+                     std::vector<StrategySpec>* out) {
   ConfigNode list = root.requiredChild("strategies");
   std::vector<ConfigNode> items = list.items();
   if (list.isSequence() && items.empty()) list.error("needs at least one strategy, e.g. [{name: mirrored}]");
@@ -195,8 +216,9 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::ve
       continue;
     }
     item.checkKeys({"name", "label", "on_failure", "backup_workers", "checkpoint_on_notice", "on_server_failure",
-                    "max_staleness", "shards"});
+                    "max_staleness", "shards", "training"});
     StrategySpec s;
+    s.recipe = parseRecipe(item, training);
     const std::string kind = item.requiredOneOf("name", {"mirrored", "parameter_server"});
     s.label = item.optional<std::string>("label", kind);
     checkName(item, "label", s.label);
@@ -226,10 +248,6 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, std::ve
                                      kOnServerFailure, OnServerFailure::kShardRestart);
       s.max_staleness = item.nullable<int>("max_staleness", std::nullopt, Range::nonNegative());
       s.shards = item.optional<int>("shards", std::max(cluster.servers, 1), Range::closed(1, kMaxNodes));
-      // Never silently ignored: PS nodes do not act on a preemption notice yet (#13).
-      if (s.checkpoint_on_notice)
-        item.errorAt("checkpoint_on_notice", "parameter_server nodes do not act on a preemption notice yet: only "
-                                             "mirrored honours it (the node would be killed at the end of its grace)");
       if (first_ps.empty()) first_ps = item.path();
     }
     out->push_back(std::move(s));
@@ -391,7 +409,7 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
   parseData(root, file, &spec.data);
   parseModel(root, spec.data, &spec.model);
   parseTraining(root, spec.seed, &spec.training);
-  parseStrategies(root, spec.cluster, &spec.strategies);
+  parseStrategies(root, spec.cluster, spec.training, &spec.strategies);
 
   ConfigNode chaos = root.child("chaos");
   if (chaos.expectMap()) {
@@ -573,6 +591,12 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
     emitPlain(e, "name", name(s.kind));
     emitString(e, "label", s.label);
     emitBool(e, "checkpoint_on_notice", s.checkpoint_on_notice);
+    e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+    emitInt(e, "batch_per_worker", s.recipe.batch_per_worker);
+    emitDouble(e, "learning_rate", s.recipe.learning_rate);
+    emitDouble(e, "momentum", s.recipe.momentum);
+    emitDouble(e, "weight_decay", s.recipe.weight_decay);
+    e << YAML::EndMap;
     if (s.kind == StrategyKind::kMirrored) {
       emitPlain(e, "on_failure", name(s.on_failure));
       emitInt(e, "backup_workers", s.backup_workers);

@@ -13,7 +13,8 @@
 //   training: {batch_per_worker, learning_rate, momentum, weight_decay, seed, target_accuracy, time_limit_s,
 //              eval_interval_s, sustained_evals, checkpoint_interval_s, max_steps, collective_timeout_s}
 //   strategies:                            # required, at least one; labels unique
-//     - {name: mirrored, label: m, on_failure: restart|elastic, backup_workers: 0, checkpoint_on_notice: false}
+//     - {name: mirrored, label: m, on_failure: restart|elastic, backup_workers: 0, checkpoint_on_notice: false,
+//        training: {learning_rate: 0.1}}     # recipe overrides: batch_per_worker, learning_rate, momentum, weight_decay
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
 //        checkpoint_on_notice: false}
 //   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
@@ -124,9 +125,22 @@ struct TrainingSpec {
   bool operator==(const TrainingSpec&) const = default;
 };
 
+// The fields of `training` that make a strategy's recipe. Each strategy may override them
+// (strategies[i].training), so that strategies are compared each at its own best settings (`chaosbed
+// tune`); everything else in `training` (target, limits, intervals, seed) is shared, or the results would not
+// compare.
+struct Recipe {
+  int batch_per_worker = 64;
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  bool operator==(const Recipe&) const = default;
+};
+
 struct StrategySpec {
   StrategyKind kind = StrategyKind::kMirrored;  // `name:` in the file
   std::string label;                            // unique; default: the name
+  Recipe recipe;                                // resolved: training's, overridden by strategies[i].training
   bool checkpoint_on_notice = false;            // checkpoint when a preemption notice arrives
   // mirrored only
   OnFailure on_failure = OnFailure::kRestart;

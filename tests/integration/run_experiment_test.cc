@@ -248,6 +248,78 @@ chaos:
   EXPECT_GE(m["recoveries"].get<int>(), 1) << m.dump(2);
 }
 
+// Preemption notices for parameter-server roles (checkpoint_on_notice): a preempted server saves its shard
+// at the notice, so its replacement restores that and loses only the grace period's updates; without the
+// option the server dies at the notice and its replacement (no checkpoint yet: the interval is longer than
+// the run) loses every update, counted as rolled-back samples. A preempted worker leaves after its step,
+// with status 0.
+TEST(RunExperiment, ParameterServerRolesActOnAPreemptionNotice) {
+  const std::string out = testing::makeTempDir("run-ps-notice");
+  ASSERT_FALSE(out.empty());
+  const std::string spec = out + ".yaml";
+  {
+    std::ofstream f(spec);
+    f << R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: ps-notice}
+seed: 6
+cluster: {workers: 2, servers: 1}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 6,
+           eval_interval_s: 0.5, sustained_evals: 100, checkpoint_interval_s: 100}
+strategies:
+  - {name: parameter_server, label: notice, checkpoint_on_notice: true}
+  - {name: parameter_server, label: plain}
+chaos:
+  allow_full_outage: true   # the only server
+  faults:
+    - {name: server-notice, action: preempt, target: {nodes: [ps-0]}, at_s: 2, params: {grace_s: 0.5},
+       restart_after: {fixed_s: 0.5}}
+    - {name: worker-notice, action: preempt, target: {nodes: [worker-1]}, at_s: 3, params: {grace_s: 1},
+       restart_after: {fixed_s: 0.5}}
+)";
+  }
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  std::map<std::string, std::vector<nlohmann::json>> events;  // strategy -> its node events
+  std::istringstream lines(readFile(out + "/r/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object()) events[e.value("strategy", "")].push_back(e);
+  }
+  auto find = [&](const std::string& label, const std::string& type, const std::string& node) {
+    for (const auto& e : events[label])
+      if (e.value("type", "") == type && e.value("node", "") == node) return e;
+    return nlohmann::json();
+  };
+  // With the option: the server saved at the notice and its replacement restored exactly that version.
+  const auto saved = find("notice", "notice_checkpoint", "ps-0");
+  ASSERT_TRUE(saved.is_object()) << "ps-0 did not checkpoint on the notice";
+  EXPECT_TRUE(saved["saved"].get<bool>()) << saved.dump();
+  EXPECT_GT(saved["version"].get<int64_t>(), 0) << saved.dump();
+  const auto restored = find("notice", "restored", "ps-0");
+  ASSERT_TRUE(restored.is_object()) << "ps-0's replacement restored nothing";
+  EXPECT_EQ(restored["version"], saved["version"]);
+  const auto left = find("notice", "left_on_notice", "worker-1");
+  ASSERT_TRUE(left.is_object()) << "worker-1 did not leave on its notice";
+  const auto exited = find("notice", "node.exited", "worker-1");
+  ASSERT_TRUE(exited.is_object());
+  EXPECT_EQ(exited["how"], "exited with code 0") << exited.dump();
+  // Without it: nothing saved, nothing restored, every update of the first incarnation lost.
+  EXPECT_FALSE(find("plain", "notice_checkpoint", "ps-0").is_object());
+  EXPECT_FALSE(find("plain", "restored", "ps-0").is_object());
+  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+  const auto& with = summary["strategies"]["notice"];
+  const auto& without = summary["strategies"]["plain"];
+  EXPECT_GT(without["samples_lost"].get<int64_t>(), 0) << without.dump(2);
+  EXPECT_LT(with["samples_lost"].get<int64_t>(), without["samples_lost"].get<int64_t>()) << with.dump(2);
+  EXPECT_GT(with["checkpoints_written"].get<int64_t>(), 0);
+  for (const auto* s : {&with, &without}) EXPECT_LE((*s)["accounting_residual"].get<double>(), 0.01);
+}
+
 // Progress triggers fire on each node's own progress: an epoch trigger fires in a run (4096 samples,
 // 2 workers x 32 per step: epoch 1 begins at step 64), and a step trigger that names a worker fires at that
 // worker's step.

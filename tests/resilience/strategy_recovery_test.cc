@@ -195,7 +195,8 @@ class StrategyRecovery : public ::testing::TestWithParam<Policy> {
       EXPECT_GE(run.idle(reason), 0) << reason;
     }
     const double idle = run.idle("peer") + run.idle("server") + run.idle("recovery");
-    const double busy = s["compute_seconds"].get<double>() + s["transfer_seconds"].get<double>() + idle;
+    const double busy = s["compute_seconds"].get<double>() + s["transfer_seconds"].get<double>() +
+                        s["checkpoint_seconds"].get<double>() + idle;
     ASSERT_GT(busy, 0);
     EXPECT_NEAR(s["idle_fraction"].get<double>(), idle / busy, 1e-9);
     const int64_t samples = s["samples"].get<int64_t>(), lost = s["samples_lost"].get<int64_t>();

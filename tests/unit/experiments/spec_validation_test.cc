@@ -92,10 +92,6 @@ const BadSpec kBadSpecs[] = {
       "t.yaml:10:5: strategies[1].on_failure: applies only to mirrored strategies (parameter_server workers carry "
       "on without a failed peer)",
       "t.yaml:11:5: strategies[1].backup_workers: applies only to mirrored strategies"}},
-    {"an option a strategy would silently ignore",
-     spec(kCluster, kData, "strategies:\n  - name: parameter_server\n    checkpoint_on_notice: true\n"),
-     {"t.yaml:8:5: strategies[0].checkpoint_on_notice: parameter_server nodes do not act on a preemption notice "
-      "yet: only mirrored honours it (the node would be killed at the end of its grace)"}},
     {"options that do not apply to the dataset",
      spec(kCluster, "data: {dataset: fashion-mnist, dims: 8}\n", kStrategies),
      {"t.yaml:5:32: data.dims: applies only to dataset synthetic (fashion-mnist has 784 inputs and 10 classes)"}},
@@ -108,6 +104,11 @@ const BadSpec kBadSpecs[] = {
     {"failure detection out of range",
      spec("cluster: {workers: 4, failure_detection: {heartbeat_s: 0}}\n", kData, kStrategies),
      {"t.yaml:4:56: cluster.failure_detection.heartbeat_s: must be in (0, 3600], got 0"}},
+    {"a strategy may not change what makes results compare",
+     spec(kCluster, kData, "strategies:\n  - name: mirrored\n    training: {target_accuracy: 0.5, learning_rat: 1}\n"),
+     {"t.yaml:8:16: strategies[0].training.target_accuracy: is shared by every strategy, so that their results "
+      "compare; set it in the top-level training",
+      "t.yaml:8:38: strategies[0].training.learning_rat: unknown field (did you mean 'learning_rate'?)"}},
     {"wrong apiVersion and kind",
      "apiVersion: chaosbed/v1\nkind: Suite\nmetadata: {name: t}\n" + std::string(kCluster) + kData + kStrategies,
      {"t.yaml:1:13: apiVersion: unsupported version 'chaosbed/v1'; this chaosbed reads chaosbed/v1alpha1",
@@ -223,6 +224,20 @@ TEST(SpecValidation, ASpecOverOneMiBIsRefusedBeforeParsing) {
   EXPECT_FALSE(config::loadYamlString(text, "big.yaml", &d).has_value());
   ASSERT_EQ(d.size(), 1u);
   EXPECT_NE(d.all()[0].toString().find("at most 1 MiB"), std::string::npos) << d.toString();
+}
+
+// Each strategy runs with its own recipe: training's fields, overridden per strategy; the rest is shared.
+TEST(SpecValidation, AStrategyOverridesItsRecipeAndInheritsTheRest) {
+  config::Diagnostics d;
+  std::optional<ExperimentSpec> s = parseExperimentSpec(
+      YAML::Load(spec(kCluster, kData,
+                      "strategies:\n  - name: mirrored\n  - name: parameter_server\n"
+                      "    training: {learning_rate: 0.02, momentum: 0.5}\n",
+                      "training: {learning_rate: 0.1, batch_per_worker: 16}\n")),
+      "t.yaml", &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_EQ(s->strategies[0].recipe, (Recipe{16, 0.1, 0.9, 0}));
+  EXPECT_EQ(s->strategies[1].recipe, (Recipe{16, 0.02, 0.5, 0}));
 }
 
 TEST(SpecValidation, AcceptsTheMinimalSpecWithDefaults) {

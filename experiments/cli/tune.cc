@@ -1,0 +1,106 @@
+// `chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST]`: each strategy's
+// best no-fault recipe over a small grid (experiments/tune/tune.h); resumable; writes DIR/tune.csv,
+// DIR/tune.json and DIR/tuned.yaml. Exit 0 when every run completed, 4 when any failed, 3 on a bad spec or grid.
+
+#include <gflags/gflags.h>
+#include <signal.h>
+
+#include <atomic>
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+
+#include "chaos/controller.h"
+#include "core/config/config.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/experiment.h"
+#include "experiments/tune/tune.h"
+
+DECLARE_string(out);
+DECLARE_string(metrics_addr);
+DECLARE_bool(metrics_allow_remote);
+DEFINE_string(tune_lr, "", "tune: learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
+DEFINE_string(tune_momentum, "", "tune: momenta to try, comma-separated (default: 0,0.5,0.9)");
+DEFINE_string(tune_seeds, "", "tune: seeds per recipe, comma-separated (default: the spec's seed)");
+
+namespace chaosbed::cli {
+namespace {
+
+// "0.01,0.05" -> {0.01, 0.05}; nullopt (after a message naming the flag) for anything else.
+template <class T>
+std::optional<std::vector<T>> parseList(const char* flag, const std::string& text) {
+  std::vector<T> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    T v{};
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+      std::fprintf(stderr, "chaosbed tune: --%s: '%s' is not a number\n", flag, item.c_str());
+      return std::nullopt;
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int runTune(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST]\n");
+    return kExitUsage;
+  }
+  if (!checkMetricsFlags("tune")) return kExitUsage;
+  auto lrs = parseList<double>("tune_lr", FLAGS_tune_lr);
+  auto moms = parseList<double>("tune_momentum", FLAGS_tune_momentum);
+  auto seeds = parseList<int64_t>("tune_seeds", FLAGS_tune_seeds);
+  if (!lrs || !moms || !seeds) return kExitUsage;
+  config::Diagnostics diagnostics;
+  auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
+  if (!spec) {
+    std::fputs(diagnostics.toString().c_str(), stderr);
+    return kExitInvalidSpec;
+  }
+  std::atomic<bool> interrupted{false};
+  auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
+  if (!watcher.isOk()) {
+    std::fprintf(stderr, "chaosbed tune: %s\n", watcher.status().toString().c_str());
+    return kExitInfrastructure;
+  }
+  tune::TuneOptions options;
+  options.spec_path = argv[1];
+  options.out_dir = FLAGS_out.empty() ? spec->output.dir + "/" + spec->metadata.name + "/tune" : FLAGS_out;
+  options.learning_rates = *lrs;
+  options.momenta = *moms;
+  options.seeds = *seeds;
+  auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
+    if (interrupted) return Status::cancelled("interrupted");
+    run::ExperimentOptions ro;
+    ro.out_dir = dir;
+    ro.metrics_addr = FLAGS_metrics_addr;
+    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
+    ro.interrupted = &interrupted;
+    ro.progress = nullptr;
+    auto outcome = run::runExperiment(point, ro);
+    if (interrupted) return Status::cancelled("interrupted");
+    if (!outcome.isOk()) return outcome.status();
+    return outcome->complete;
+  };
+  auto outcome = tune::runTune(options, runner);
+  if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
+  if (!outcome.isOk()) {
+    std::fprintf(stderr, "chaosbed tune: %s: %s\n", argv[1], outcome.status().toString().c_str());
+    return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
+  }
+  std::printf("tune: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);
+  std::printf("%-22s %14s %9s %16s\n", "strategy", "learning_rate", "momentum", "score (TTA s)");
+  for (const auto& t : outcome->strategies) {
+    const auto& w = t.recipes[t.winner];
+    std::printf("%-22s %14s %9s %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
+                config::formatDouble(w.recipe.momentum).c_str(), config::formatDouble(w.score).c_str());
+  }
+  std::printf("results: %s/tune.json; the tuned spec: %s/tuned.yaml\n", options.out_dir.c_str(), options.out_dir.c_str());
+  return outcome->failed ? kExitInfrastructure : kExitPass;
+}
+
+}  // namespace chaosbed::cli
