@@ -18,7 +18,8 @@ namespace chaosbed::chaos {
 ActuatorSet::ActuatorSet(Cluster& cluster, const Options& options)
     : signal_(std::make_unique<SignalActuator>(cluster)),
       pause_(std::make_unique<PauseActuator>(cluster, options.pause_mode)),
-      cpu_(std::make_unique<CpuQuotaActuator>(cluster)) {
+      cpu_(std::make_unique<CpuQuotaActuator>(cluster)),
+      transport_errors_(std::make_unique<TransportErrorActuator>(options.link_control)) {
   if (options.link_tbf) link_ = std::make_unique<TbfLinkActuator>(cluster);
   else link_ = std::make_unique<ShaperLinkActuator>(options.link_control);
 }
@@ -28,6 +29,7 @@ std::map<FaultKind, Actuator*> ActuatorSet::map() const {
           {FaultKind::kPreempt, signal_.get()},
           {FaultKind::kPause, pause_.get()},
           {FaultKind::kVanish, pause_.get()},  // a vanished node is frozen until it is declared lost
+          {FaultKind::kTransportError, transport_errors_.get()},
           {FaultKind::kSlow, cpu_.get()},
           {FaultKind::kLink, link_.get()}};
 }
@@ -43,7 +45,8 @@ Controller::~Controller() { (void)stop(); }
 
 bool Controller::revertsOnStop(FaultKind kind) const {
   // A vanished node is frozen: a run that ends before its loss is detected thaws it like a pause.
-  return kind == FaultKind::kPause || kind == FaultKind::kSlow || kind == FaultKind::kLink || kind == FaultKind::kVanish;
+  return kind == FaultKind::kPause || kind == FaultKind::kSlow || kind == FaultKind::kLink || kind == FaultKind::kVanish ||
+         kind == FaultKind::kTransportError;
 }
 
 Status Controller::checkAvailable() const {
@@ -266,6 +269,12 @@ void Controller::logAction(const char* type, const Action& a, int64_t planned_ns
     nlohmann::json p = nlohmann::json::object();
     if (f.kind == FaultKind::kSlow) p["cpu_fraction"] = f.params.cpu_fraction;
     if (f.kind == FaultKind::kPreempt) p["grace_s"] = f.params.grace_s;
+    if (f.kind == FaultKind::kTransportError) {
+      p["error"] = f.params.error;
+      p["nth"] = f.params.nth;
+      p["count"] = f.params.count;
+      p["peers"] = f.peers;
+    }
     if (f.kind == FaultKind::kLink) {
       p["bandwidth_mbps"] = f.params.bandwidth_mbps;
       p["latency_ms"] = f.params.latency_ms;

@@ -66,6 +66,7 @@ class ActuatorSet {
   std::unique_ptr<PauseActuator> pause_;
   std::unique_ptr<CpuQuotaActuator> cpu_;
   std::unique_ptr<Actuator> link_;
+  std::unique_ptr<TransportErrorActuator> transport_errors_;
 };
 
 struct ControllerOptions {

@@ -17,6 +17,7 @@ const char* faultKindName(FaultKind kind) {
     case FaultKind::kSlow: return "slow";
     case FaultKind::kLink: return "link";
     case FaultKind::kVanish: return "vanish";
+    case FaultKind::kTransportError: return "transport_error";
   }
   return "unknown";
 }
@@ -72,6 +73,8 @@ std::string paramsText(const Fault& f) {
     case FaultKind::kLink:
       if (f.params.partition) return "partition";
       return "bandwidth_mbps=" + fixed(f.params.bandwidth_mbps, 3) + " latency_ms=" + fixed(f.params.latency_ms, 3);
+    case FaultKind::kTransportError:
+      return "error=" + f.params.error + " nth=" + std::to_string(f.params.nth) + " count=" + std::to_string(f.params.count);
     default: return "";
   }
 }
@@ -85,6 +88,11 @@ nlohmann::json paramsJson(const Fault& f) {
       p["bandwidth_mbps"] = micro(f.params.bandwidth_mbps);
       p["latency_ms"] = micro(f.params.latency_ms);
       p["partition"] = f.params.partition;
+      break;
+    case FaultKind::kTransportError:
+      p["error"] = f.params.error;
+      p["nth"] = f.params.nth;
+      p["count"] = f.params.count;
       break;
     default: break;
   }

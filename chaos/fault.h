@@ -19,10 +19,13 @@ namespace chaosbed::chaos {
 // kill: a process crash on a live host (its sockets close: peers see it at once). vanish: a host that
 // disappears without a word (the node is frozen, nothing is closed; the cluster's failure detector declares
 // it lost after its timeout and fences it). preempt: a notice (SIGTERM), then a kill after the grace period.
-enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink, kVanish };
-inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::kKill, FaultKind::kPreempt, FaultKind::kPause,
-                                               FaultKind::kSlow, FaultKind::kLink,    FaultKind::kVanish};
-const char* faultKindName(FaultKind kind);  // "kill", "preempt", "pause", "slow", "link", "vanish"
+// transport_error: the node's transport fails the way UCX or NCCL would while every process lives.
+enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink, kVanish, kTransportError };
+inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::kKill,   FaultKind::kPreempt, FaultKind::kPause,
+                                               FaultKind::kSlow,   FaultKind::kLink,    FaultKind::kVanish,
+                                               FaultKind::kTransportError};
+// "kill", "preempt", "pause", "slow", "link", "vanish", "transport_error"
+const char* faultKindName(FaultKind kind);
 std::optional<FaultKind> parseFaultKind(const std::string& name);
 
 // A fault that fires when a node reports progress instead of at a time ("when worker-2 reaches step 300").
@@ -41,6 +44,11 @@ struct FaultParams {
   double bandwidth_mbps = 0.0;  // link: 0 = uncapped
   double latency_ms = 0.0;      // link: added one-way delay
   bool partition = false;       // link: drop everything between the groups
+  // transport_error: what fails (fail_send, fail_recv, drop, break_peer, abort_collective), from the nth
+  // matching operation on, count times (drop: every send until the fault ends).
+  std::string error;
+  int64_t nth = 1;
+  int64_t count = 1;
   bool operator==(const FaultParams&) const = default;
 };
 
@@ -60,7 +68,7 @@ struct Fault {
   std::string name;      // the spec's fault name
   FaultKind kind = FaultKind::kKill;
   std::vector<std::string> targets;  // nodes hit; for link: group A
-  std::vector<std::string> peers;    // link only: group B
+  std::vector<std::string> peers;    // link, transport_error: group B (transport_error: empty = any peer)
   double at_s = 0.0;                 // seconds of the run; with a trigger: seconds after it fires
   std::optional<ProgressTrigger> trigger;
   std::optional<double> duration_s;  // pause/slow/link; none = until the run ends

@@ -239,6 +239,7 @@ void parseParams(const ConfigNode& fault, FaultSpec* f) {
       case FaultKind::kPreempt: p.checkKeys({"grace_s"}); break;
       case FaultKind::kSlow: p.checkKeys({"cpu_fraction", "slowdown"}); break;
       case FaultKind::kLink: p.checkKeys({"bandwidth_mbps", "latency_ms", "partition"}); break;
+      case FaultKind::kTransportError: p.checkKeys({"error", "nth", "count"}); break;
     }
   }
   if (p.has("grace_s")) {
@@ -250,6 +251,15 @@ void parseParams(const ConfigNode& fault, FaultSpec* f) {
     if (p.has("slowdown")) parseSlowdown(p.child("slowdown"), f);
     if (p.has("cpu_fraction") == p.has("slowdown"))
       (p.present() ? p : fault).error("a slow fault needs exactly one of params.cpu_fraction, params.slowdown");
+  }
+  if (f->kind == FaultKind::kTransportError) {
+    f->params.error = p.requiredOneOf("error", {"fail_send", "fail_recv", "drop", "break_peer", "abort_collective"});
+    f->params.nth = p.optional<int64_t>("nth", 1, Range::closed(1, 1e9));
+    f->params.count = p.optional<int64_t>("count", 1, Range::closed(1, 1e9));
+    if (f->params.error == "drop" && p.has("count"))
+      p.errorAt("count", "a drop loses every send until the fault ends (duration_s); count does not apply");
+    if ((f->params.error == "break_peer" || f->params.error == "abort_collective") && (p.has("nth") || p.has("count")))
+      p.errorAt(p.has("nth") ? "nth" : "count", f->params.error + " fails at once; nth and count do not apply");
   }
   if (f->kind == FaultKind::kLink) {
     f->params.bandwidth_mbps = p.optional<double>("bandwidth_mbps", 0.0, Range::positive());
@@ -277,23 +287,24 @@ FaultSpec parseFault(const ConfigNode& fault) {
   const bool event_trace =
       f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kEvents;
   if (fault.has("action") || !event_trace) {
-    std::string a = fault.requiredOneOf("action", {"kill", "preempt", "vanish", "pause", "slow", "link"});
+    std::string a = fault.requiredOneOf("action", {"kill", "preempt", "vanish", "pause", "slow", "link", "transport_error"});
     if (!a.empty()) f.kind = parseFaultKind(a);
     if (event_trace && f.kind) fault.errorAt("action", "an events trace names the fault of each row; leave action out");
   }
   if (!event_trace || fault.has("target")) parseTarget(fault, &f);
   if (f.kind == FaultKind::kLink && !f.between)
     fault.errorAt("target", "a link fault needs target: {between: [<group>, <group>]}");
-  if (f.kind != FaultKind::kLink && f.between && f.kind)
-    fault.errorAt("target", "between applies to link faults only");
-  if (f.kind == FaultKind::kLink && f.schedule.kind != ScheduleSpec::Kind::kAt &&
+  if (f.kind != FaultKind::kLink && f.kind != FaultKind::kTransportError && f.between && f.kind)
+    fault.errorAt("target", "between applies to link and transport_error faults only");
+  if ((f.kind == FaultKind::kLink || f.kind == FaultKind::kTransportError) && f.schedule.kind != ScheduleSpec::Kind::kAt &&
       f.schedule.kind != ScheduleSpec::Kind::kTrigger)
-    fault.errorAt("schedule", "a link fault is scheduled with at_s or when");
+    fault.errorAt("schedule", std::string("a ") + faultKindName(*f.kind) + " fault is scheduled with at_s or when");
   if (f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kCapacity &&
       f.kind && !endsNode(*f.kind))
     fault.errorAt("schedule", "a capacity trace drives kill, preempt or vanish faults");
 
-  const bool lasting = f.kind == FaultKind::kPause || f.kind == FaultKind::kSlow || f.kind == FaultKind::kLink;
+  const bool lasting = f.kind == FaultKind::kPause || f.kind == FaultKind::kSlow || f.kind == FaultKind::kLink ||
+                       f.kind == FaultKind::kTransportError;
   if (fault.has("duration_s")) {
     if (f.kind && !lasting)
       fault.rejectKey("duration_s", std::string("a ") + faultKindName(*f.kind) + " is instantaneous; it has no duration");
@@ -304,6 +315,8 @@ FaultSpec parseFault(const ConfigNode& fault) {
   const bool may_preempt = f.kind == FaultKind::kPreempt || event_trace;
   if (!f.profile.empty() && !may_preempt) fault.rejectKey("profile", "profile (spot notice) applies to preempt faults only");
   parseParams(fault, &f);
+  if (f.kind == FaultKind::kTransportError && f.params.error == "break_peer" && !f.between)
+    fault.errorAt("target", "break_peer needs target: {between: [<group>, <group>]}: whose connections break");
   if (f.kind == FaultKind::kPreempt && f.profile.empty() && !f.grace_given)
     fault.error("a preempt fault needs profile (aws | gcp | azure) or params.grace_s");
   if (fault.has("restart_after")) {

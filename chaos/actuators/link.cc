@@ -50,6 +50,25 @@ Status ShaperLinkActuator::revert(const Fault& fault, const std::string& node) {
   return control_->clearLink(node, linkPeersOf(fault, node));
 }
 
+Status TransportErrorActuator::checkAvailable(const Fault& fault, const std::string& node) {
+  if (fault.kind != FaultKind::kTransportError)
+    return Status::internal(std::string("transport-error cannot do ") + faultKindName(fault.kind));
+  if (control_ == nullptr)
+    return Status::unavailable("transport_error on " + node + ": no link control (the node runtime) is connected to "
+                               "the chaos controller");
+  return Status::ok();
+}
+
+Status TransportErrorActuator::apply(const Fault& fault, const std::string& node) {
+  applied_.insert({fault.id, node});
+  return control_->injectTransportError(node, fault.id, fault.peers, fault.params);
+}
+
+Status TransportErrorActuator::revert(const Fault& fault, const std::string& node) {
+  if (applied_.erase({fault.id, node}) == 0) return Status::ok();
+  return control_->clearTransportError(node, fault.id);
+}
+
 std::vector<std::string> TbfLinkActuator::tbfCommand(const std::string& netns, const std::string& dev, double mbps) {
   std::vector<std::string> argv;
   if (!netns.empty()) argv = {"ip", "netns", "exec", netns};

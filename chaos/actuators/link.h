@@ -1,5 +1,5 @@
 #pragma once
-// Link faults (bandwidth cap, added latency, partition between two node groups).
+// Link faults (bandwidth cap, added latency, partition between two node groups) and transport errors.
 //
 // - LinkControl is what the node runtime implements: a control message to the node's transport shaper
 //   (transports/shaper) that shapes or drops its traffic to the given peers. ShaperLinkActuator drives it:
@@ -27,6 +27,12 @@ class LinkControl {
   virtual Status setLink(const std::string& node, const std::vector<std::string>& peers, const FaultParams& params) = 0;
   // Removes the shaping set for those peers; OK when there is none.
   virtual Status clearLink(const std::string& node, const std::vector<std::string>& peers) = 0;
+  // Makes node's transport fail towards `peers` (empty: any peer) per params.error/nth/count
+  // (transports/faulty); each call adds rules under the fault's id. Returns once the node acknowledged.
+  virtual Status injectTransportError(const std::string& node, uint64_t fault_id, const std::vector<std::string>& peers,
+                                      const FaultParams& params) = 0;
+  // Removes the rules of that fault (a broken peer stays broken until the strategy reconnects it).
+  virtual Status clearTransportError(const std::string& node, uint64_t fault_id) = 0;
 };
 
 // The peers that `node` is shaped towards for a link fault: the other group.
@@ -36,6 +42,21 @@ class ShaperLinkActuator final : public Actuator {
  public:
   explicit ShaperLinkActuator(LinkControl* control) : control_(control) {}
   const char* name() const override { return "link-shaper"; }
+  Status checkAvailable(const Fault& fault, const std::string& node) override;
+  Result<std::vector<HealRecord>> prepare(const Fault&, const std::string&) override { return std::vector<HealRecord>{}; }
+  Status apply(const Fault& fault, const std::string& node) override;
+  Status revert(const Fault& fault, const std::string& node) override;
+
+ private:
+  LinkControl* control_;
+  std::set<std::pair<uint64_t, std::string>> applied_;
+};
+
+// transport_error: group A's transports fail towards group B (or any peer) through LinkControl.
+class TransportErrorActuator final : public Actuator {
+ public:
+  explicit TransportErrorActuator(LinkControl* control) : control_(control) {}
+  const char* name() const override { return "transport-error"; }
   Status checkAvailable(const Fault& fault, const std::string& node) override;
   Result<std::vector<HealRecord>> prepare(const Fault&, const std::string&) override { return std::vector<HealRecord>{}; }
   Status apply(const Fault& fault, const std::string& node) override;

@@ -143,8 +143,11 @@ class Drawer {
       if (!f.trigger && t >= horizon_ && type != ActionType::kApply) return;
       plan_.actions.push_back({t, type, f.id, node, f.trigger});
     };
+    // A link is shaped from both sides; a transport error happens in group A's transports only.
+    const bool both_sides = kind == FaultKind::kLink;
     for (const std::string& n : f.targets) push(at, ActionType::kApply, n);
-    for (const std::string& n : f.peers) push(at, ActionType::kApply, n);
+    if (both_sides)
+      for (const std::string& n : f.peers) push(at, ActionType::kApply, n);
     if (endsNode(kind)) {
       const double dead_at = at + (kind == FaultKind::kPreempt ? f.params.grace_s : 0.0);
       if (kind == FaultKind::kPreempt)
@@ -167,7 +170,8 @@ class Drawer {
     } else if (duration) {
       down_until = at + *duration;
       for (const std::string& n : f.targets) push(at + *duration, ActionType::kRevert, n);
-      for (const std::string& n : f.peers) push(at + *duration, ActionType::kRevert, n);
+      if (both_sides)
+        for (const std::string& n : f.peers) push(at + *duration, ActionType::kRevert, n);
     }
     plan_.faults.push_back(std::move(f));
     return down_until;

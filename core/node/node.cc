@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "core/control/node_id.h"
 #include "core/runtime/control.h"
@@ -15,6 +16,7 @@
 #include "core/strategies/mirrored.h"
 #include "core/strategies/parameter_server.h"
 #include "core/strategies/strategy.h"
+#include "transports/faulty/faulty_transport.h"
 #include "transports/shaper/link_shaper.h"
 #include "transports/ucx/transport.h"
 
@@ -76,10 +78,64 @@ int rankOfNode(const std::string& name, const NodeConfig& c) {
   return -1;
 }
 
+// The node's transport stack under chaos: UCX, the link shaper (link faults) and the fault injector
+// (transport_error faults), outermost. Rules are added and removed by the link watcher thread only.
+struct FaultableTransport {
+  int incarnation = 0;  // this process's (the control plane's count of predecessors)
+  LinkShaper* shaper = nullptr;
+  std::unique_ptr<FaultyTransport> top;
+  std::map<uint64_t, std::vector<int>> rules;  // transport_error fault id -> its rule ids
+};
+
+// A transport_error command: the rules of transports/faulty that make this node's transport fail the way
+// UCX reports it (fail: an I/O error on the operation; drop: lost on the wire; break_peer: a reset
+// connection; abort_collective: the next collective step aborted).
+Status applyTransportError(const LinkCommand& cmd, FaultableTransport& t, const NodeConfig& config) {
+  if (cmd.op == LinkCommand::Op::kClearErrors) {
+    for (int id : t.rules[cmd.fault]) t.top->removeRule(id);
+    t.rules.erase(cmd.fault);
+    return Status::ok();
+  }
+  if (cmd.incarnation != t.incarnation) return Status::ok();  // for a predecessor: this process starts sound
+  std::vector<int> peers;
+  for (const std::string& peer : cmd.peers)
+    if (const int rank = rankOfNode(peer, config); rank >= 0 && rank != t.top->rank()) peers.push_back(rank);
+  if (cmd.peers.empty()) peers.push_back(kAnyPeer);
+  if (peers.empty()) return Status::ok();  // only peers this strategy does not run (a ps under mirrored)
+  const Status injected = Status::ioError("injected transport_error " + cmd.error + " (fault " +
+                                          std::to_string(cmd.fault) + ")");
+  for (int peer : peers) {
+    Result<int> id = Status::ok();
+    if (cmd.error == "break_peer") {
+      if (peer != kAnyPeer) t.top->breakPeer(peer, "ucx: Connection reset by remote peer (injected transport_error)");
+      continue;
+    }
+    if (cmd.error == "abort_collective") {
+      id = t.top->failNextCollectiveStep();
+    } else {
+      FaultRule r;
+      r.op = cmd.error == "fail_recv" ? FaultOp::kRecv : FaultOp::kSend;
+      r.peer = peer;
+      r.skip = uint64_t(cmd.nth - 1);
+      r.times = cmd.error == "drop" ? FaultRule::kForever : uint64_t(cmd.count);
+      r.action = cmd.error == "drop" ? FaultAction::kDrop : FaultAction::kFail;
+      r.status = injected;
+      id = t.top->addRule(r);
+    }
+    if (!id.isOk()) return id.status();
+    t.rules[cmd.fault].push_back(*id);
+    if (cmd.error == "abort_collective") break;  // one step of this node's collectives, whatever the peer
+  }
+  return Status::ok();
+}
+
 // Applies a checked link command (core/runtime/link_command.h) to this node's shaper. Peers this strategy
 // does not run (a ps under mirrored) are skipped; a peer the shaper refuses fails the command after the
 // others were applied (the ack then says "rejected").
-Status applyLinkCommand(const LinkCommand& cmd, LinkShaper& shaper, const NodeConfig& config) {
+Status applyLinkCommand(const LinkCommand& cmd, FaultableTransport& t, const NodeConfig& config) {
+  if (cmd.op == LinkCommand::Op::kError || cmd.op == LinkCommand::Op::kClearErrors)
+    return applyTransportError(cmd, t, config);
+  LinkShaper& shaper = *t.shaper;
   LinkParams params;
   if (cmd.op == LinkCommand::Op::kSet) {
     // decodeLinkCommand bounds both, so neither conversion can overflow.
@@ -178,8 +234,14 @@ int runNodeProcess(const NodeLaunch& launch) {
     LOG(ERROR) << node << ": " << ucx_transport.status().toString();
     return kExitInfrastructure;
   }
-  // Link faults act on this node's sends; an idle shaper adds nothing but a branch per message.
-  auto transport = std::make_unique<LinkShaper>(std::move(*ucx_transport));
+  // Link faults act on this node's sends; an idle shaper and fault injector add a branch per message each.
+  FaultableTransport transport;
+  transport.incarnation = std::max(0, launch.incarnation - 1);
+  {
+    auto shaper = std::make_unique<LinkShaper>(std::move(*ucx_transport));
+    transport.shaper = shaper.get();
+    transport.top = std::make_unique<FaultyTransport>(std::move(shaper));
+  }
 
   // The control plane counts predecessors: 0 for a node's first process (the launcher counts from 1).
   ControlChannel control(**store, c.prefix, node, std::max(0, launch.incarnation - 1), c.workers);
@@ -194,9 +256,9 @@ int runNodeProcess(const NodeLaunch& launch) {
     return kExitInfrastructure;
   }
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
-  control.startLinkWatcher([&transport, &c](const LinkCommand& cmd) { return applyLinkCommand(cmd, *transport, c); });
+  control.startLinkWatcher([&transport, &c](const LinkCommand& cmd) { return applyLinkCommand(cmd, transport, c); });
 
-  NodeContext ctx{.transport = *transport,
+  NodeContext ctx{.transport = *transport.top,
                   .control = control,
                   .accounting = accounting,
                   .config = c.training,

@@ -5,6 +5,11 @@
 //
 // Command (JSON object):
 //   {"op": "set" | "clear", "peers": [node names], "bandwidth_mbps": B, "latency_ms": L, "partition": P}
+//   {"op": "error", "fault": id, "incarnation": I, "peers": [...], "error": E, "nth": N, "count": C}
+//       transport_error faults: E is fail_send | fail_recv | drop | break_peer | abort_collective; peers
+//       empty = any peer; N, C >= 1. Only process I of the node applies it: a replacement, which replays
+//       the node's commands from the first (link shaping outlives a process), starts with a sound transport.
+//   {"op": "clear_errors", "fault": id}                                              its rules removed
 //   op and peers are required; bandwidth_mbps (0 = uncapped, else [kMinLinkBandwidthMbps,
 //   kMaxLinkBandwidthMbps]), latency_ms ([0, kMaxLinkLatencyMs]) and partition (boolean) are optional
 //   (0, 0, false) and ignored by "clear". Anything else (null, a string where a number belongs, NaN or
@@ -36,12 +41,18 @@ inline constexpr size_t kMaxLinkCommandBytes = 256 * 1024;
 inline constexpr size_t kMaxAckReason = 300;
 
 struct LinkCommand {
-  enum class Op { kSet, kClear };
+  enum class Op { kSet, kClear, kError, kClearErrors };
   Op op = Op::kSet;
   std::vector<std::string> peers;
   double bandwidth_mbps = 0;  // 0: uncapped
   double latency_ms = 0;
   bool partition = false;
+  // kError / kClearErrors
+  uint64_t fault = 0;
+  int64_t incarnation = 0;  // kError: the process it is for (0: the node's first)
+  std::string error{};
+  int64_t nth = 1;
+  int64_t count = 1;
 
   bool operator==(const LinkCommand&) const = default;
 };

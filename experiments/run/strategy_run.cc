@@ -108,11 +108,30 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
   Status setLink(const std::string& node, const std::vector<std::string>& peers,
                  const chaos::FaultParams& params) override {
-    LinkCommand cmd{LinkCommand::Op::kSet, peers, params.bandwidth_mbps, params.latency_ms, params.partition};
+    LinkCommand cmd{.op = LinkCommand::Op::kSet, .peers = peers, .bandwidth_mbps = params.bandwidth_mbps,
+                    .latency_ms = params.latency_ms, .partition = params.partition};
     return sendLinkCommand(node, cmd);
   }
   Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
-    return sendLinkCommand(node, LinkCommand{LinkCommand::Op::kClear, peers});
+    return sendLinkCommand(node, LinkCommand{.op = LinkCommand::Op::kClear, .peers = peers});
+  }
+  Status injectTransportError(const std::string& node, uint64_t fault_id, const std::vector<std::string>& peers,
+                              const chaos::FaultParams& params) override {
+    LinkCommand cmd;
+    cmd.op = LinkCommand::Op::kError;
+    cmd.peers = peers;
+    cmd.fault = fault_id;
+    cmd.incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
+    cmd.error = params.error;
+    cmd.nth = params.nth;
+    cmd.count = params.count;
+    return sendLinkCommand(node, cmd);
+  }
+  Status clearTransportError(const std::string& node, uint64_t fault_id) override {
+    LinkCommand cmd;
+    cmd.op = LinkCommand::Op::kClearErrors;
+    cmd.fault = fault_id;
+    return sendLinkCommand(node, cmd);
   }
 
   void chaosApplying(const chaos::Fault& f, const std::string& node) {

@@ -320,6 +320,74 @@ chaos:
   for (const auto* s : {&with, &without}) EXPECT_LE((*s)["accounting_residual"].get<double>(), 0.01);
 }
 
+// Transport faults from a spec (transport_error): a connection reset that no process death explains is
+// recovered from as a collective failure (mirrored) or by reconnecting (PS), and an injected I/O error on a
+// send kills only the process it was injected into: the replacement starts with a sound transport.
+TEST(RunExperiment, TransportErrorsFromASpecAreRecoveredFrom) {
+  const std::string out = testing::makeTempDir("run-transport-error");
+  ASSERT_FALSE(out.empty());
+  const std::string spec = out + ".yaml";
+  {
+    std::ofstream f(spec);
+    f << R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: transport-errors}
+seed: 8
+cluster: {workers: 3, servers: 1}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 8,
+           eval_interval_s: 0.5, sustained_evals: 100, checkpoint_interval_s: 1, collective_timeout_s: 3}
+strategies:
+  - {name: mirrored}
+  - {name: parameter_server}
+chaos:
+  faults:
+    - {name: reset, action: transport_error, target: {between: [{nodes: [worker-0]}, {nodes: [worker-1, ps-0]}]},
+       at_s: 1.5, params: {error: break_peer}}
+    - {name: io, action: transport_error, target: {nodes: [worker-2]}, at_s: 5, params: {error: fail_send, nth: 3}}
+)";
+  }
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  std::map<std::string, std::vector<nlohmann::json>> events;
+  std::istringstream lines(readFile(out + "/r/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object()) events[e.value("strategy", "")].push_back(e);
+  }
+  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    int applied = 0, failed = 0, worker2_exits = 0;
+    bool reset_seen = false;
+    for (const auto& e : events[label]) {
+      const std::string type = e.value("type", "");
+      applied += type == "chaos.applied";
+      failed += type == "chaos.failed";
+      if (type == "node.exited" && e.value("node", "") == "worker-2") ++worker2_exits;
+      if (type == "failure_detected" && e.value("node", "") == "worker-0" &&
+          e.dump().find("Connection reset by remote peer (injected transport_error)") != std::string::npos)
+        reset_seen = true;
+    }
+    EXPECT_EQ(applied, 2);
+    EXPECT_EQ(failed, 0) << "a transport_error action failed";
+    EXPECT_TRUE(reset_seen) << "worker-0 never saw its connection reset";
+    EXPECT_EQ(worker2_exits, 1) << "the injected send error must kill its own process only, not the replacement";
+    const auto& s = summary["strategies"][label];
+    EXPECT_GE(s["recoveries"].get<int>(), 1) << s.dump(2);
+    EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
+  }
+  // Mirrored recovers from the reset as from a collective failure: no process exited for it.
+  bool collective_recovery = false;
+  for (const auto& e : events["mirrored"])
+    if (e.value("type", "") == "recovery" && e.value("cause", "").rfind("collective failure", 0) == 0)
+      collective_recovery = true;
+  EXPECT_TRUE(collective_recovery);
+}
+
 // Progress triggers fire on each node's own progress: an epoch trigger fires in a run (4096 samples,
 // 2 workers x 32 per step: epoch 1 begins at step 64), and a step trigger that names a worker fires at that
 // worker's step.

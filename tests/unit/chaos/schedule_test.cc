@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -113,6 +115,24 @@ chaos:
   testing::parseChaosYaml("chaos:\n  faults:\n    - {name: v, action: vanish, target: {role: worker}, at_s: 1, duration_s: 2}\n",
                           &diags);
   EXPECT_NE(diags.toString().find("a vanish is instantaneous; it has no duration"), std::string::npos) << diags.toString();
+}
+
+// A transport error happens in group A's transports only (a link is shaped from both sides).
+TEST(ChaosSchedule, ATransportErrorActsOnItsFirstGroupOnly) {
+  ChaosSpec spec = parseOk(R"(
+chaos:
+  faults:
+    - {name: e, action: transport_error, target: {between: [{nodes: [worker-0]}, {nodes: [worker-1, ps-0]}]},
+       at_s: 3, duration_s: 2, params: {error: drop}}
+)");
+  Plan p = drawOk(spec, 1, 300);
+  ASSERT_EQ(p.faults.size(), 1u);
+  EXPECT_EQ(p.faults[0].peers, (std::vector<std::string>{"worker-1", "ps-0"}));
+  std::vector<std::tuple<ActionType, double, std::string>> actions;
+  for (const Action& a : p.actions) actions.emplace_back(a.type, a.at_s, a.node);
+  EXPECT_EQ(actions, (std::vector<std::tuple<ActionType, double, std::string>>{
+                         {ActionType::kApply, 3, "worker-0"}, {ActionType::kRevert, 5, "worker-0"}}));
+  EXPECT_EQ(p.faults[0].params.error, "drop");
 }
 
 TEST(ChaosSchedule, PoissonCountsWithinFourSigma) {

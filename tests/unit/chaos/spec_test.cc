@@ -95,6 +95,18 @@ TEST(ChaosSpec, KindSpecificRules) {
                      "restart_after: {fixed_s: 1}}\n")
                 .find("restart_after applies to kill, preempt and vanish faults only"),
             std::string::npos);
+  EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: transport_error, target: {role: worker}, at_s: 1, "
+                     "params: {error: break_peer}}\n")
+                .find("break_peer needs target: {between"),
+            std::string::npos);
+  EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: transport_error, target: {role: worker}, at_s: 1, "
+                     "params: {error: drop, count: 2}}\n")
+                .find("count does not apply"),
+            std::string::npos);
+  EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: transport_error, target: {role: worker}, at_s: 1, "
+                     "params: {error: explode}}\n")
+                .find("'explode' is not one of: fail_send, fail_recv, drop, break_peer, abort_collective"),
+            std::string::npos);
   EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: pause, target: {role: worker}}\n")
                 .find("missing when to inject"),
             std::string::npos);

@@ -313,7 +313,7 @@ TEST(ControlLinkWatcher, RejectsMalformedCommandsAndAcknowledgesEveryOne) {
   ASSERT_TRUE(store.set(runKey(base + "1"), R"({"op": "set", "peers": [1], "latency_ms": 5})").isOk());
   ASSERT_TRUE(store.set(runKey(base + "2"), "}{").isOk());
   ASSERT_TRUE(store.set(runKey(base + "3"), R"({"op": "set", "peers": ["ps-9"]})").isOk());
-  const LinkCommand good{LinkCommand::Op::kSet, {"worker-1"}, 0, 20, false};
+  const LinkCommand good{.op = LinkCommand::Op::kSet, .peers = {"worker-1"}, .latency_ms = 20};
   ASSERT_TRUE(store.set(runKey(base + "4"), encodeLinkCommand(good)).isOk());
 
   auto ack = [&](int i) {

@@ -122,11 +122,11 @@ TEST(JsonFields, ExcerptEscapesControlBytesAndTruncates) {
 // ------------------------------------------------------------------------------------------ link commands
 
 TEST(LinkCommand, RoundTrips) {
-  LinkCommand set{LinkCommand::Op::kSet, {"worker-1", "ps-0"}, 100.0, 25.5, false};
+  LinkCommand set{.op = LinkCommand::Op::kSet, .peers = {"worker-1", "ps-0"}, .bandwidth_mbps = 100.0, .latency_ms = 25.5};
   auto d = decodeLinkCommand(encodeLinkCommand(set));
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_EQ(*d, set);
-  LinkCommand clear{LinkCommand::Op::kClear, {"worker-1"}};
+  LinkCommand clear{.op = LinkCommand::Op::kClear, .peers = {"worker-1"}};
   d = decodeLinkCommand(encodeLinkCommand(clear));
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_EQ(*d, clear);
@@ -138,6 +138,32 @@ TEST(LinkCommand, RoundTrips) {
   EXPECT_EQ(d->bandwidth_mbps, 0);
 }
 
+TEST(LinkCommand, TransportErrorCommandsRoundTripAndAreChecked) {
+  LinkCommand error;
+  error.op = LinkCommand::Op::kError;
+  error.peers = {"worker-1"};
+  error.fault = 3;
+  error.incarnation = 2;
+  error.error = "fail_send";
+  error.nth = 5;
+  error.count = 2;
+  auto d = decodeLinkCommand(encodeLinkCommand(error));
+  ASSERT_TRUE(d.isOk()) << d.status().toString();
+  EXPECT_EQ(*d, error);
+  LinkCommand clear;
+  clear.op = LinkCommand::Op::kClearErrors;
+  clear.fault = 3;
+  d = decodeLinkCommand(encodeLinkCommand(clear));
+  ASSERT_TRUE(d.isOk()) << d.status().toString();
+  EXPECT_EQ(*d, clear);
+  auto decode = [](const std::string& t) { return decodeLinkCommand(t); };
+  expectRejected(decode, R"({"op": "error", "fault": 1, "incarnation": 0, "error": "explode"})", "error: not one of");
+  expectRejected(decode, R"({"op": "error", "fault": 1, "incarnation": 0, "error": "drop", "nth": 0})", "nth: must be in");
+  expectRejected(decode, R"({"op": "error", "incarnation": 0, "error": "drop"})", "fault: missing");
+  expectRejected(decode, R"({"op": "error", "fault": -1, "incarnation": 0, "error": "drop"})", "fault: must be in");
+  expectRejected(decode, R"({"op": "error", "fault": 1, "error": "drop"})", "incarnation: missing");
+}
+
 TEST(LinkCommand, RejectsMalformedCommandsWithoutThrowing) {
   auto decode = [](const std::string& t) { return decodeLinkCommand(t); };
   expectRejected(decode, R"({"op": "set", "peers": ["worker-1"], "latency_ms": null})", "latency_ms");
@@ -147,7 +173,7 @@ TEST(LinkCommand, RejectsMalformedCommandsWithoutThrowing) {
   expectRejected(decode, R"({"op": "set", "peers": {"a": 1}})", "peers: expected an array");
   expectRejected(decode, R"({"op": "set"})", "peers: missing");
   expectRejected(decode, R"({"peers": []})", "op: missing");
-  expectRejected(decode, R"({"op": "explode", "peers": []})", "op: expected \"set\" or \"clear\"");
+  expectRejected(decode, R"({"op": "explode", "peers": []})", "op: expected \"set\", \"clear\", \"error\" or \"clear_errors\"");
   expectRejected(decode, R"({"op": 1, "peers": []})", "op: expected a string");
   expectRejected(decode, R"({"op": "set", "peers": [], "latency_ms": "10"})", "latency_ms: expected a number");
   expectRejected(decode, R"({"op": "set", "peers": [], "latency_ms": -1})", "latency_ms: must be in");
