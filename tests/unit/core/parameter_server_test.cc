@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@
 #include "core/optim/sgd.h"
 #include "core/runtime/control.h"
 #include "tests/testing/loopback_transport.h"
+#include "transports/shaper/link_shaper.h"
 #include "tests/testing/memory_store.h"
 
 namespace chaosbed {
@@ -151,9 +153,13 @@ class PsCluster {
 
   // Starts every server and every worker, each on its own thread.
   void startAll() {
-    for (int s = 0; s < servers_; ++s) start(workers_ + s, "ps-" + std::to_string(s), runPsServer);
-    for (int w = 0; w < workers_; ++w) start(w, "worker-" + std::to_string(w), runPsWorker);
+    startServers();
+    for (int w = 0; w < workers_; ++w) startWorker(w);
   }
+  void startServers() {
+    for (int s = 0; s < servers_; ++s) start(workers_ + s, "ps-" + std::to_string(s), runPsServer);
+  }
+  void startWorker(int w) { start(w, "worker-" + std::to_string(w), runPsWorker); }
 
   // Waits for the workers to finish their max_steps, then stops the servers as the controller does; each
   // writes a final checkpoint of its shard on the way out.
@@ -192,6 +198,9 @@ class PsCluster {
   // Updates each shard applied (valid after serverState()).
   const std::vector<int64_t>& shardVersions() const { return versions_; }
 
+  // Adds `latency` to every send of rank (call before starting it).
+  void slowDown(int rank, std::chrono::microseconds latency) { latency_[rank] = latency; }
+
   Node& node(int rank) { return *nodes_[size_t(rank)]; }
   NodeStats stats(int rank) { return node(rank).accounting.snapshot(); }
   const TrainingConfig& config() const { return config_; }
@@ -204,6 +213,12 @@ class PsCluster {
   void start(int rank, const std::string& name, Status (*role)(NodeContext&)) {
     auto node = std::make_unique<Node>();
     node->transport = hub.transport(rank);
+    if (auto it = latency_.find(rank); it != latency_.end()) {
+      auto shaper = std::make_unique<LinkShaper>(std::move(node->transport));
+      for (int peer = 0; peer < shaper->size(); ++peer)
+        if (peer != rank) EXPECT_TRUE(shaper->setLink(peer, LinkParams{.latency = it->second}).isOk());
+      node->transport = std::move(shaper);
+    }
     node->control = std::make_unique<ControlChannel>(store, kRun, name, 0);
     EXPECT_TRUE(node->control->waitStart(deadlineIn(5s)).isOk());
     Accounting* acct = &node->accounting;
@@ -212,9 +227,12 @@ class PsCluster {
                                     workers_, servers_, dir_.string()});
     node->ctx->data = &data_;
     Node* n = node.get();
-    node->thread = std::thread([n, role] {
+    const bool worker = rank < workers_;
+    node->thread = std::thread([this, n, role, rank, worker] {
       n->result = role(*n->ctx);
       n->control->stopBackground();
+      // A worker process that is done exits, and its peers see its connections close.
+      if (worker) hub.kill(rank, "loopback: worker finished");
     });
     if (nodes_.size() <= size_t(rank)) nodes_.resize(size_t(rank) + 1);
     nodes_[size_t(rank)] = std::move(node);
@@ -228,6 +246,7 @@ class PsCluster {
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<Node>> nodes_;  // index = rank
   std::vector<int64_t> versions_;
+  std::map<int, std::chrono::microseconds> latency_;
 };
 
 // 40 steps of 32 samples: more than one epoch of the 1024-sample set, so the epoch reshuffle is covered.
@@ -290,6 +309,50 @@ TEST(ParameterServerTest, SynchronousTwoWorkersEqualSgdOnTheGlobalBatch) {
       EXPECT_EQ(s.steps, kSteps) << what << ", worker " << w;
       EXPECT_EQ(s.staleness.counts[0], s.staleness.count) << what << ", worker " << w << ": a round is never stale";
     }
+  }
+}
+
+// SSP (max_staleness s = 2), three workers, one of them slow (20 ms added to each of its sends): counted from
+// when the fast workers join (level with the slow one's clock), a fast worker never completes more than s + 1
+// steps more than the slow one (its push at clock c is answered only when c - the slowest live clock <= s,
+// and the slow worker's push in flight may already count), so it blocks at the bound: idle (peer) for most
+// of the slow worker's run, where it would otherwise finish in a blink.
+TEST(ParameterServerTest, StaleSynchronousParallelHoldsFastWorkersAtTheBound) {
+  constexpr int kBound = 2;
+  PsCluster c(3, tinyConfig(kBatch, kSteps), parameterServer(1, kBound));
+  c.slowDown(2, std::chrono::milliseconds(20));
+  // The slow worker joins first: a worker the server has not met yet holds nobody back.
+  c.startServers();
+  c.startWorker(2);
+  for (const Deadline joined = deadlineIn(30s); c.stats(2).steps < 1 && SteadyClock::now() < joined;)
+    std::this_thread::sleep_for(100us);
+  // The fast workers start level with the slow one's clock then, which is at least the steps it has done.
+  const int64_t slow_at_join = c.stats(2).steps;
+  ASSERT_LE(slow_at_join, 3) << "the slow worker was not slow";
+  const auto fast_start = SteadyClock::now();
+  c.startWorker(0);
+  c.startWorker(1);
+  int64_t widest = 0;
+  for (const Deadline give_up = deadlineIn(30s); SteadyClock::now() < give_up;) {
+    // The slow worker's count first: it only grows, so the gap read is never smaller than a true one.
+    const int64_t slow = c.stats(2).steps;
+    const int64_t fast = std::max(c.stats(0).steps, c.stats(1).steps);
+    widest = std::max(widest, fast - (slow - slow_at_join));
+    if (slow >= kSteps) break;
+    std::this_thread::sleep_for(1ms);  // sampling, not synchronisation: every sample is checked
+  }
+  const double slow_rest_s = std::chrono::duration<double>(SteadyClock::now() - fast_start).count();
+  c.finish();
+  if (HasFatalFailure()) return;
+  EXPECT_LE(widest, kBound + 1) << "a fast worker ran ahead of the bound";
+  EXPECT_GE(widest, 1) << "the workers never diverged: the slow worker was not slow";
+  // The slow worker's remaining >= 37 round trips of >= 20 ms; a fast worker held at the bound waits for most
+  // of them (its own 40 steps take a few milliseconds).
+  EXPECT_GE(slow_rest_s, 37 * 0.020);
+  for (int w = 0; w < 2; ++w) {
+    const NodeStats fast = c.stats(w);
+    EXPECT_EQ(fast.steps, kSteps);
+    EXPECT_GE(fast.seconds[int(TimeCategory::kIdlePeer)], 0.8 * slow_rest_s) << "worker " << w << " was not held";
   }
 }
 
