@@ -33,6 +33,8 @@ constexpr Command kCommands[] = {
     {"report", "regenerate a results directory's report.html: chaosbed report DIR", chaosbed::cli::runReport},
     {"tune", "find each strategy's best no-fault training recipe over a small grid (chaosbed tune SPEC [--out DIR])",
      chaosbed::cli::runTune},
+    {"noise", "the no-fault spread (CV) of each strategy's TTA over N seeds (chaosbed noise SPEC [--runs N] [--out DIR])",
+     chaosbed::cli::runNoise},
     {"sweep", "run a spec's sweep grid x seeds plus a no-chaos baseline (chaosbed sweep SPEC [--out DIR])", chaosbed::cli::runSweep},
     {"suite", "run a resilience suite: chaosbed suite SUITE [--junit FILE] [--out DIR]", chaosbed::cli::runSuite},
     {"worker", "run one worker node (started by the launcher)", chaosbed::cli::runWorker, true},

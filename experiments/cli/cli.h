@@ -26,6 +26,8 @@ int runReport(int argc, char** argv);
 int runSweep(int argc, char** argv);
 // `chaosbed tune SPEC` (tune.cc): each strategy's best no-fault recipe over a small grid; tuned.yaml.
 int runTune(int argc, char** argv);
+// `chaosbed noise SPEC` (noise.cc): the no-fault spread (CV) of TTA per strategy over N seeds.
+int runNoise(int argc, char** argv);
 // `chaosbed suite SUITE --junit FILE` (suite.cc): scenarios with assertions; JUnit XML; exit 0/1/3/4.
 int runSuite(int argc, char** argv);
 

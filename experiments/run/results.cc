@@ -74,7 +74,7 @@ Status writeTextAtomically(const std::string& path, const std::string& text, mod
 }
 
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
-                    const std::vector<StrategyResult>& results, bool complete) {
+                    const std::vector<StrategyResult>& results, bool complete, const Provenance& provenance) {
   nlohmann::json strategies = nlohmann::json::object();
   for (const auto& r : results) strategies[r.label] = r.toJson();
   nlohmann::json j = {{"experiment", spec.metadata.name},
@@ -82,6 +82,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"target_accuracy", spec.training.target_accuracy},
                       {"transport", spec::name(spec.cluster.transport)},
                       {"complete", complete},
+                      {"provenance", provenance.toJson()},
                       {"strategies", strategies}};
   const std::string text = j.dump(2) + "\n";
   Status s = writeTextAtomically(dir + "/summary.json", text);

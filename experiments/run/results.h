@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/run/provenance.h"
 #include "experiments/run/strategy_run.h"
 #include "experiments/spec/spec.h"
 
@@ -22,8 +23,9 @@ namespace chaosbed::run {
 Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id);
 
 Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode = 0644);
+// summary.json: the experiment, every strategy's result, and the run's provenance.
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
-                    const std::vector<StrategyResult>& results, bool complete);
+                    const std::vector<StrategyResult>& results, bool complete, const Provenance& provenance);
 Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results);
 // The comparison table printed at the end of a run.
 std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy);

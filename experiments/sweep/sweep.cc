@@ -370,6 +370,43 @@ bool logAxis(const std::vector<std::string>& xvalues) {
   return hi / lo > 10;
 }
 
+std::optional<PairedRatio> pairedRatio(const std::vector<std::pair<std::optional<double>, std::optional<double>>>& pairs,
+                                       double time_limit_s, uint64_t seed, int resamples) {
+  std::vector<double> logs;
+  PairedRatio out;
+  for (const auto& [ps, m] : pairs) {
+    const double a = ps.value_or(time_limit_s), b = m.value_or(time_limit_s);
+    if (!(a > 0) || !(b > 0)) continue;
+    logs.push_back(std::log(a / b));
+    out.censored_pairs += (!ps || !m) ? 1 : 0;
+  }
+  if (logs.empty()) return std::nullopt;
+  out.pairs = int(logs.size());
+  double sum = 0;
+  for (double l : logs) sum += l;
+  out.geomean = std::exp(sum / double(logs.size()));
+  // SplitMix64: a fixed stream per seed, so the same sweep gives the same interval.
+  uint64_t state = seed;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::vector<double> means;
+  means.reserve(size_t(resamples));
+  for (int r = 0; r < resamples; ++r) {
+    double s = 0;
+    for (size_t i = 0; i < logs.size(); ++i) s += logs[next() % logs.size()];
+    means.push_back(s / double(logs.size()));
+  }
+  std::sort(means.begin(), means.end());
+  auto at = [&](double q) { return std::exp(means[std::min(means.size() - 1, size_t(q * double(means.size())))]); };
+  out.ci_low = at(0.025);
+  out.ci_high = at(0.975);
+  return out;
+}
+
 bool pointComplete(const std::string& dir) {
   nlohmann::json j = readSummary(dir);
   return j.is_object() && j.contains("complete") && j["complete"].is_boolean() && j["complete"].get<bool>();
@@ -380,9 +417,14 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   const std::vector<PlannedPoint> plan = planSweep(base);
   // Validate every point before running any, so a bad grid value fails fast.
   std::vector<spec::ExperimentSpec> specs;
+  const std::vector<int64_t> seeds = base.sweep && !base.sweep->seeds.empty() ? base.sweep->seeds
+                                                                              : std::vector<int64_t>{base.seed};
   for (const PlannedPoint& p : plan) {
     auto s = spec::loadExperimentSpec(options.spec_path, p.assignments());
     if (!s.isOk()) return s.status().withContext("sweep point " + p.id);
+    // Interleaved: odd seed positions run the strategies in the reverse order.
+    const auto at = std::find(seeds.begin(), seeds.end(), p.seed) - seeds.begin();
+    if (at % 2 == 1) std::reverse(s->strategies.begin(), s->strategies.end());
     specs.push_back(std::move(*s));
   }
   std::error_code ec;
@@ -432,11 +474,13 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   for (const auto& a : axes) csv << "," << csvField(a);
   csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
          "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,ratio_ps_over_mirrored,"
-         "ratio_kind\n";
+         "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio_geomean,"
+         "paired_ci95_low,paired_ci95_high,censoring\n";
   std::vector<std::string> groups;
   std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
   std::map<std::string, const PlannedPoint*> group_point;
   std::map<std::string, double> group_limit;  // where an unreached run is censored
+  std::map<std::string, std::vector<std::pair<std::optional<double>, std::optional<double>>>> pairs;  // by group
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPoint& p = plan[i];
     if (!by_group.count(p.group))
@@ -444,6 +488,15 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
     auto& g = by_group[p.group];
     const nlohmann::json summary = readSummary(options.out_dir + "/points/" + p.id);
     const bool complete = summary.is_object() && summary.value("complete", false);
+    const nlohmann::json prov = summary.is_object() && summary.contains("provenance") && summary["provenance"].is_object()
+                                    ? summary["provenance"]
+                                    : nlohmann::json::object();
+    auto has = [&](const std::string& label) {
+      return summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label) &&
+             summary["strategies"][label].is_object();
+    };
+    if (!ps_label.empty() && !m_label.empty() && has(ps_label) && has(m_label))
+      pairs[p.group].emplace_back(ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m_label]));
     for (const auto& label : labels) {
       const nlohmann::json s = summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label)
                                    ? summary["strategies"][label]
@@ -458,7 +511,12 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       }
       csv << "," << csvField(label) << "," << (complete ? 1 : 0) << "," << (tta ? fmt(*tta) : "") << ","
           << (tta ? 1 : 0) << "," << fmt(s.value("final_accuracy", 0.0)) << "," << fmt(s.value("idle_fraction", 0.0))
-          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,,,,\n";
+          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,,,,";
+      const auto& order = specs[i].strategies;
+      const auto pos = std::find_if(order.begin(), order.end(), [&](const auto& x) { return x.label == label; }) - order.begin();
+      csv << "," << csvField(prov.value("commit", "")) << "," << (prov.value("dirty", false) ? 1 : 0) << ","
+          << (prov.contains("load1_at_start") && prov["load1_at_start"].is_number() ? fmt(prov["load1_at_start"].get<double>()) : "")
+          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,\n";
     }
   }
   std::map<std::string, std::map<std::string, TtaStats>> stats;
@@ -480,7 +538,14 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       csv << "," << csvField(label) << ",,,,,,,," << st.runs << "," << st.reached << "," << fmt(st.censoredFraction())
           << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.ci_low) : "") << ","
           << (st.reached ? fmt(st.ci_high) : "") << "," << (st.runs ? fmt(st.restricted_mean) : "") << ","
-          << (ratio ? fmt(ratio->value) : "") << "," << (ratio ? ratioKindName(ratio->kind) : "") << "\n";
+          << (ratio ? fmt(ratio->value) : "") << "," << (ratio ? ratioKindName(ratio->kind) : "") << ",,,,,";
+      const auto paired = pairedRatio(pairs[group], group_limit[group], fnv1a(group));
+      if (paired)
+        csv << "," << paired->pairs << "," << paired->censored_pairs << "," << fmt(paired->geomean) << ","
+            << fmt(paired->ci_low) << "," << fmt(paired->ci_high);
+      else
+        csv << ",,,,,";
+      csv << ",restricted_mean_at_time_limit\n";
     }
   }
   CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/sweep.csv", csv.str()));

@@ -42,6 +42,7 @@ class FakeRunner {
   Result<bool> operator()(const spec::ExperimentSpec& spec, const std::string& dir) {
     ++calls;
     seen.push_back(fs::path(dir).filename().string());
+    first_strategy[spec.seed].insert(spec.strategies.front().label);
     const YAML::Node& chaos = spec.chaos.yaml;
     const double pause = chaos && chaos["faults"] ? chaos["faults"][0]["duration_s"].as<double>() : 0;
     const bool censored = spec.seed == 2 && pause == 4;
@@ -60,6 +61,7 @@ class FakeRunner {
   }
   int calls = 0;
   std::vector<std::string> seen;
+  std::map<int64_t, std::set<std::string>> first_strategy;  // seed -> the strategies its points ran first
 };
 
 TEST(Sweep, PlanHasGridTimesSeedsPlusOneBaselinePerSeedWithStableIds) {
@@ -157,6 +159,15 @@ TEST(Sweep, CsvHasMeanCiAndCensoredFractionAndThePlotMarksTheCrossing) {
   // parameter_server at 4 s: one of two runs censored; the mean is the reached run's.
   EXPECT_NE(summary_rows["chaos.faults[0].duration_s=4/parameter_server"].find(",2,1,0.500,34.000,34.000,34.000"),
             std::string::npos) << summary_rows["chaos.faults[0].duration_s=4/parameter_server"];
+  // Paired by seed at 1 s: 34/29 and 36/31, geometric mean 1.167; no pair censored; the censoring rule stated.
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=1/mirrored"].find(",2,0,1.167,"), std::string::npos)
+      << summary_rows["chaos.faults[0].duration_s=1/mirrored"];
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=4/mirrored"].find(",2,1,"), std::string::npos)
+      << "the censored pair at 4 s is counted: " << summary_rows["chaos.faults[0].duration_s=4/mirrored"];
+  EXPECT_NE(csv.find(",restricted_mean_at_time_limit\n"), std::string::npos);
+  // Interleaved: seed 1's points ran mirrored first, seed 2's the parameter server first.
+  EXPECT_EQ(runner.first_strategy[1], std::set<std::string>{"mirrored"});
+  EXPECT_EQ(runner.first_strategy[2], std::set<std::string>{"parameter_server"});
 
   const std::string svg = readFile(dir + "/out/crossover.svg");
   EXPECT_NE(svg.find("<polyline class=\"ratio\""), std::string::npos);
@@ -201,7 +212,7 @@ TEST(Sweep, CensoredRatiosAreBoundsThatPlaceTheCrossingOnALogAxis) {
   ASSERT_TRUE(r.isOk()) << r.status().toString();
 
   const std::string csv = readFile(dir + "/out/sweep.csv");
-  EXPECT_NE(csv.find(",tta_restricted_mean,ratio_ps_over_mirrored,ratio_kind\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",tta_restricted_mean,ratio_ps_over_mirrored,ratio_kind,"), std::string::npos) << csv;
   std::map<std::string, std::string> summary_rows;  // "duration/strategy" -> line
   std::istringstream in(csv);
   for (std::string line; std::getline(in, line);) {
@@ -289,6 +300,31 @@ TEST(Sweep, LogAxisForPositiveValuesSpanningMoreThanTenfold) {
   EXPECT_FALSE(logAxis({"-1", "100"}));
   EXPECT_FALSE(logAxis({"0.1", "fast"}));
   EXPECT_FALSE(logAxis({}));
+}
+
+// Paired ratios: the geometric mean of per-seed ratios, an unreached run at the time limit, and a bootstrap
+// interval that contains the mean and collapses when every pair agrees.
+TEST(Sweep, PairedRatioIsTheGeometricMeanWithABootstrapInterval) {
+  auto same = pairedRatio({{10.0, 5.0}, {20.0, 10.0}, {30.0, 15.0}}, 100, 1);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(same->pairs, 3);
+  EXPECT_NEAR(same->geomean, 2.0, 1e-9);
+  EXPECT_NEAR(same->ci_low, 2.0, 1e-9);
+  EXPECT_NEAR(same->ci_high, 2.0, 1e-9);
+  auto spread = pairedRatio({{2.0, 1.0}, {8.0, 1.0}, {4.0, 1.0}, {4.0, 1.0}}, 100, 7);
+  ASSERT_TRUE(spread.has_value());
+  EXPECT_NEAR(spread->geomean, 4.0, 1e-9);
+  EXPECT_LT(spread->ci_low, 4.0);
+  EXPECT_GT(spread->ci_high, 4.0);
+  EXPECT_GE(spread->ci_low, 2.0);
+  EXPECT_LE(spread->ci_high, 8.0);
+  EXPECT_EQ(pairedRatio({{2.0, 1.0}, {8.0, 1.0}}, 100, 7)->ci_low, pairedRatio({{2.0, 1.0}, {8.0, 1.0}}, 100, 7)->ci_low)
+      << "the same seed gives the same interval";
+  auto censored = pairedRatio({{std::nullopt, 5.0}}, 15, 1);
+  ASSERT_TRUE(censored.has_value());
+  EXPECT_EQ(censored->censored_pairs, 1);
+  EXPECT_NEAR(censored->geomean, 3.0, 1e-9);
+  EXPECT_FALSE(pairedRatio({}, 15, 1).has_value());
 }
 
 TEST(Sweep, TQuantileMatchesTheTable) {

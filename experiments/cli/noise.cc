@@ -1,0 +1,77 @@
+// `chaosbed noise SPEC [--runs N] [--out DIR]`: the no-fault spread of TTA per strategy (CV over N seeds,
+// experiments/sweep/noise.h); resumable; DIR/noise.csv and DIR/noise.json. Exit 0 when every run completed,
+// 4 when any failed, 3 on a bad spec.
+
+#include <gflags/gflags.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "chaos/controller.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/experiment.h"
+#include "experiments/sweep/noise.h"
+
+DECLARE_string(out);
+DECLARE_string(metrics_addr);
+DECLARE_bool(metrics_allow_remote);
+DEFINE_int32(runs, 5, "noise: runs without faults (seeds spec.seed, spec.seed + 1, ...)");
+
+namespace chaosbed::cli {
+
+int runNoise(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: chaosbed noise SPEC [--runs N] [--out DIR]\n");
+    return kExitUsage;
+  }
+  if (!checkMetricsFlags("noise")) return kExitUsage;
+  if (FLAGS_runs < 2) {
+    std::fprintf(stderr, "chaosbed noise: --runs must be at least 2, got %d\n", FLAGS_runs);
+    return kExitUsage;
+  }
+  config::Diagnostics diagnostics;
+  auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
+  if (!spec) {
+    std::fputs(diagnostics.toString().c_str(), stderr);
+    return kExitInvalidSpec;
+  }
+  std::atomic<bool> interrupted{false};
+  auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
+  if (!watcher.isOk()) {
+    std::fprintf(stderr, "chaosbed noise: %s\n", watcher.status().toString().c_str());
+    return kExitInfrastructure;
+  }
+  sweep::NoiseOptions options;
+  options.spec_path = argv[1];
+  options.out_dir = FLAGS_out.empty() ? spec->output.dir + "/" + spec->metadata.name + "/noise" : FLAGS_out;
+  options.runs = FLAGS_runs;
+  auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
+    if (interrupted) return Status::cancelled("interrupted");
+    run::ExperimentOptions ro;
+    ro.out_dir = dir;
+    ro.metrics_addr = FLAGS_metrics_addr;
+    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
+    ro.interrupted = &interrupted;
+    ro.progress = nullptr;
+    auto outcome = run::runExperiment(point, ro);
+    if (interrupted) return Status::cancelled("interrupted");
+    if (!outcome.isOk()) return outcome.status();
+    return outcome->complete;
+  };
+  auto outcome = sweep::runNoise(options, runner);
+  if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
+  if (!outcome.isOk()) {
+    std::fprintf(stderr, "chaosbed noise: %s: %s\n", argv[1], outcome.status().toString().c_str());
+    return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
+  }
+  std::printf("noise: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);
+  std::printf("%-22s %8s %12s %10s %8s %14s\n", "strategy", "reached", "TTA mean(s)", "sd(s)", "CV", "sustained CV");
+  for (const auto& r : outcome->strategies)
+    std::printf("%-22s %4d/%-3d %12.3f %10.3f %7.1f%% %13.1f%%\n", r.label.c_str(), r.tta.reached, r.tta.runs, r.tta.mean,
+                r.tta.sd, 100 * r.tta.cv(), 100 * r.tta_sustained.cv());
+  std::printf("results: %s/noise.json\n", options.out_dir.c_str());
+  return outcome->failed ? kExitInfrastructure : kExitPass;
+}
+
+}  // namespace chaosbed::cli

@@ -1,0 +1,75 @@
+#include "experiments/run/provenance.h"
+
+#include <unistd.h>
+
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace chaosbed::run {
+namespace {
+
+std::string utcNow() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0)
+      if (auto colon = line.find(':'); colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+  return "unknown";
+}
+
+std::string commandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str(), out;
+  for (char c : text) out += c == '\0' ? ' ' : c;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+double loadAverage1() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  if (!(in >> load)) return -1;
+  return load;
+}
+
+Provenance Provenance::atStart() {
+  Provenance p;
+  const BuildInfo b = buildInfo();
+  p.version = b.version;
+  p.commit = b.commit;
+  p.dirty = b.dirty;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) p.host = host;
+  p.cpu_model = cpuModel();
+  p.cores = int(std::thread::hardware_concurrency());
+  p.load1_at_start = loadAverage1();
+  p.quiet = p.load1_at_start >= 0 && p.cores > 0 && p.load1_at_start <= 0.5 * p.cores;
+  p.command_line = commandLine();
+  p.started_at = utcNow();
+  return p;
+}
+
+void Provenance::end() { ended_at = utcNow(); }
+
+nlohmann::json Provenance::toJson() const {
+  return {{"version", version},       {"commit", commit},           {"dirty", dirty},
+          {"host", host},             {"cpu_model", cpu_model},     {"cores", cores},
+          {"load1_at_start", load1_at_start}, {"quiet", quiet},     {"command_line", command_line},
+          {"started_at", started_at}, {"ended_at", ended_at.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended_at)}};
+}
+
+}  // namespace chaosbed::run

@@ -1,0 +1,40 @@
+#pragma once
+// Provenance: what produced a result, recorded in every summary.json (and, through it, in sweep CSVs and
+// reports), so that a figure can be traced to a binary, a machine and the load it ran under.
+//
+// The build's commit and dirty flag come from the source tree at build time (cmake/BuildInfo.cmake); the
+// rest is read when a run starts and ends. A run that starts with a 1-minute load above half the cores is
+// not a quiet-machine measurement: `quiet` says so, and the run warns on stderr.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace chaosbed::run {
+
+struct BuildInfo {
+  const char* version;
+  const char* commit;  // "unknown" without git
+  bool dirty;          // the tree had uncommitted changes to tracked files
+};
+BuildInfo buildInfo();  // generated at build time
+
+struct Provenance {
+  std::string version, commit;
+  bool dirty = false;
+  std::string host, cpu_model;
+  int cores = 0;               // online CPUs
+  double load1_at_start = 0;   // /proc/loadavg, 1-minute
+  bool quiet = true;           // load1_at_start <= cores / 2
+  std::string command_line;    // of this process
+  std::string started_at, ended_at;  // UTC, ISO 8601
+
+  static Provenance atStart();
+  void end();  // sets ended_at
+  nlohmann::json toJson() const;
+};
+
+// The 1-minute load average; negative when unreadable.
+double loadAverage1();
+
+}  // namespace chaosbed::run
