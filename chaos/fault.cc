@@ -106,6 +106,14 @@ std::string formatPlanTable(const Plan& plan) {
                     " s, " + std::to_string(plan.faults.size()) + " faults, " + std::to_string(plan.actions.size()) +
                     " actions\n";
   char line[512];
+  for (const FaultRate& r : plan.rates) {
+    std::snprintf(line, sizeof line,
+                  "# fault '%s' (%s): %.3f expected per run, one per %.1f s of the run (%.4g per %s of cloud time x "
+                  "time_scale %.4g, %d node(s))\n",
+                  r.fault.c_str(), r.schedule.c_str(), r.expected_per_run, r.mtbf_s, r.rate_per_hour,
+                  r.schedule == "poisson" ? "node-hour" : "hour", r.time_scale, r.targets);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "%-22s %-9s %5s %-18s %-8s %-12s %s\n", "time_s", "action", "fault", "name", "kind",
                 "node", "params");
   out += line;

@@ -95,9 +95,24 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
+// A rate-driven fault (poisson, wave by rate) said three ways: as given (cloud time), as the failures a run
+// expects, and as a mean time between failures. Nominal: a node that is down (killed, not yet replaced)
+// draws no arrivals, so a run sees at most this many.
+struct FaultRate {
+  std::string fault;          // the spec's fault name
+  std::string schedule;       // "poisson" (per targeted node) | "wave" (waves)
+  int targets = 0;            // nodes the arrivals are drawn for (poisson) or that a wave draws from
+  double rate_per_hour = 0;   // cloud time: per node-hour (poisson) or waves per hour
+  double time_scale = 1;      // cloud seconds per run second
+  double expected_per_run = 0;  // node failures over the horizon, all targets together (a wave hits several)
+  double mtbf_s = 0;          // run seconds between arrivals, over all targets (horizon / expected_per_run)
+  bool operator==(const FaultRate&) const = default;
+};
+
 struct Plan {
   uint64_t seed = 0;
   double horizon_s = 0.0;
+  std::vector<FaultRate> rates;  // one per rate-driven fault spec, in spec order
   std::vector<Fault> faults;    // indexed by Fault::id
   std::vector<Action> actions;  // timed ones sorted by (at_s, fault_id, type, node); triggered ones after
   const Fault& fault(uint64_t id) const { return faults.at(id); }

@@ -134,8 +134,12 @@ void parseSchedule(const ConfigNode& fault, FaultSpec* f) {
   } else if (sch.has("poisson")) {
     s.kind = ScheduleSpec::Kind::kPoisson;
     ConfigNode p = sch.child("poisson");
-    p.checkKeys({"rate_per_node_hour"});
-    s.rate_per_node_hour = p.required<double>("rate_per_node_hour", Range::positive());
+    p.checkKeys({"rate_per_node_hour", "expected_per_run"});
+    if (p.has("rate_per_node_hour") == p.has("expected_per_run"))
+      p.error("needs exactly one of rate_per_node_hour (per node-hour of cloud time) and expected_per_run (arrivals "
+              "over the run, all targets together)");
+    if (p.has("rate_per_node_hour")) s.rate_per_node_hour = p.required<double>("rate_per_node_hour", Range::positive());
+    if (p.has("expected_per_run")) s.expected_per_run = p.required<double>("expected_per_run", Range{0, 1e5, true, false});
   } else if (sch.has("wave")) {
     s.kind = ScheduleSpec::Kind::kWave;
     ConfigNode w = sch.child("wave");

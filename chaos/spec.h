@@ -19,7 +19,8 @@
 //   {role: R, count: k} k random nodes; {role: R, fraction: f} ceil(f*n) random nodes (drawn once);
 //   link faults: {between: [<group>, <group>]} with two of the above.
 // When: `at_s: 20` or `at_s: [20, 80]` (seconds of the run), or `schedule:` with exactly one of
-//   {at_s: [...]}, {poisson: {rate_per_node_hour: r}} (per targeted node, cloud time),
+//   {at_s: [...]}, {poisson: {rate_per_node_hour: r}} (per targeted node, cloud time) or
+//   {poisson: {expected_per_run: n}} (n arrivals over the run, all targets together, whatever the time scale),
 //   {wave: {fraction: f | count: k, rate_per_hour: r | at_s: [...]}} (f of the targeted nodes at once;
 //     rate in waves per cloud hour), {trace: {path: file.csv, format: events|capacity, time_unit: s|h,
 //     fleet_size: n, start_s: t}} (see schedule/trace.h), or `when: {node: worker-2, step: 300, after_s: 0}`
@@ -56,7 +57,8 @@ struct ScheduleSpec {
   enum class Kind : uint8_t { kAt, kPoisson, kWave, kTrace, kTrigger };
   Kind kind = Kind::kAt;
   std::vector<double> at_s;       // kAt, and kWave at fixed times
-  double rate_per_node_hour = 0;  // kPoisson
+  double rate_per_node_hour = 0;  // kPoisson (cloud time)
+  double expected_per_run = 0;    // kPoisson alternative: arrivals per run over all targets (0: use the rate)
   double rate_per_hour = 0;       // kWave by rate
   double wave_fraction = 0;       // kWave
   int wave_count = 0;             // kWave

@@ -222,7 +222,12 @@ class Drawer {
         return Status::ok();
       }
       case ScheduleSpec::Kind::kPoisson: {
-        const double mean_gap = 3600.0 / s.rate_per_node_hour / scale;  // run seconds between arrivals
+        // Per node, run seconds between arrivals: from the cloud-time rate, or from the arrivals the run expects.
+        const double n = double(std::max<size_t>(1, targets.size()));
+        const double mean_gap = s.expected_per_run > 0 ? horizon_ * n / s.expected_per_run
+                                                       : 3600.0 / s.rate_per_node_hour / scale;
+        plan_.rates.push_back({fs.name, "poisson", int(targets.size()), 3600.0 / mean_gap / scale, scale,
+                               horizon_ * n / mean_gap, mean_gap / n});
         for (const std::string& node : targets) {
           double t = 0;
           while (true) {
@@ -255,6 +260,9 @@ class Drawer {
             if (t < horizon_) wave(t);
         } else {
           const double mean_gap = 3600.0 / s.rate_per_hour / scale;
+          // Counted in node failures: each wave hits k nodes.
+          const double expected = horizon_ / mean_gap * double(k);
+          plan_.rates.push_back({fs.name, "wave", n, s.rate_per_hour, scale, expected, expected > 0 ? horizon_ / expected : 0});
           for (double t = rng.exponential(mean_gap); t < horizon_; t += rng.exponential(mean_gap)) {
             wave(t);
             if (plan_.actions.size() > kMaxPlannedActions) return tooManyActions();

@@ -118,7 +118,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
                  "chaosbed run: WARNING: the load (%.2f) exceeds half of the %d cores: the timings of this run are not "
                  "a quiet-machine measurement (summary.json: provenance.quiet = false)\n",
                  provenance.load1_at_start, provenance.cores);
-  CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, {}, false, provenance));
+  const RunRecord record{&provenance, &plan->rates};
+  CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, {}, false, record));
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
   // The run's secret: every control connection proves it holds it (transports/bootstrap/secret.h). Nodes
   // read it from a 0600 file in the 0700 results directory; it is removed when the run ends.
@@ -191,14 +192,14 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     }
     if (out) std::fprintf(out, "[%s] done: %s\n", strategy.label.c_str(), r->stop_reason.c_str());
     outcome.results.push_back(std::move(*r));
-    (void)writeSummary(dir, spec, outcome.results, false, provenance);
+    (void)writeSummary(dir, spec, outcome.results, false, record);
     (void)writeTimeseries(dir, outcome.results);
   }
   outcome.interrupted = options.interrupted && options.interrupted->load();
   outcome.complete = !outcome.interrupted && failure.isOk();
   // Every result file is attempted, whatever failed before it; the first failure is reported.
   provenance.end();
-  Status written = writeSummary(dir, spec, outcome.results, outcome.complete, provenance);
+  Status written = writeSummary(dir, spec, outcome.results, outcome.complete, record);
   if (Status s = writeTimeseries(dir, outcome.results); !s.isOk() && written.isOk()) written = s;
   if (Status s = report::writeReport(dir); !s.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", s.toString().c_str());
   if (metrics && !spec.metrics.push_gateway.empty()) {

@@ -74,7 +74,13 @@ Status writeTextAtomically(const std::string& path, const std::string& text, mod
 }
 
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
-                    const std::vector<StrategyResult>& results, bool complete, const Provenance& provenance) {
+                    const std::vector<StrategyResult>& results, bool complete, const RunRecord& record) {
+  nlohmann::json rates = nlohmann::json::array();
+  if (record.fault_rates)
+    for (const chaos::FaultRate& r : *record.fault_rates)
+      rates.push_back({{"fault", r.fault}, {"schedule", r.schedule}, {"targets", r.targets},
+                       {r.schedule == "poisson" ? "rate_per_node_hour" : "rate_per_hour", r.rate_per_hour},
+                       {"time_scale", r.time_scale}, {"expected_per_run", r.expected_per_run}, {"mtbf_s", r.mtbf_s}});
   nlohmann::json strategies = nlohmann::json::object();
   for (const auto& r : results) strategies[r.label] = r.toJson();
   nlohmann::json j = {{"experiment", spec.metadata.name},
@@ -82,7 +88,8 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"target_accuracy", spec.training.target_accuracy},
                       {"transport", spec::name(spec.cluster.transport)},
                       {"complete", complete},
-                      {"provenance", provenance.toJson()},
+                      {"fault_rates", rates},
+                      {"provenance", record.provenance ? record.provenance->toJson() : nlohmann::json(nullptr)},
                       {"strategies", strategies}};
   const std::string text = j.dump(2) + "\n";
   Status s = writeTextAtomically(dir + "/summary.json", text);

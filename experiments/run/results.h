@@ -23,9 +23,14 @@ namespace chaosbed::run {
 Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id);
 
 Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode = 0644);
-// summary.json: the experiment, every strategy's result, and the run's provenance.
+// summary.json: the experiment, its rate-driven faults' rates, every strategy's result, and the run's
+// provenance.
+struct RunRecord {
+  const Provenance* provenance = nullptr;
+  const std::vector<chaos::FaultRate>* fault_rates = nullptr;
+};
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
-                    const std::vector<StrategyResult>& results, bool complete, const Provenance& provenance);
+                    const std::vector<StrategyResult>& results, bool complete, const RunRecord& record);
 Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results);
 // The comparison table printed at the end of a run.
 std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy);

@@ -135,6 +135,44 @@ chaos:
   EXPECT_EQ(p.faults[0].params.error, "drop");
 }
 
+// A Poisson rate given as the failures a run expects is the same process whatever the time scale, and
+// every rate-driven fault states its expected count and mean time between failures.
+TEST(ChaosSchedule, ExpectedPerRunFixesTheCountAndEveryRateIsStatedThreeWays) {
+  ChaosSpec spec = parseOk(R"(
+chaos:
+  time_scale: 60
+  allow_full_outage: true
+  faults:
+    - {name: p, action: kill, target: {role: worker}, schedule: {poisson: {expected_per_run: 6}},
+       restart_after: {fixed_s: 0}}
+)");
+  const double horizon = 300;
+  const int runs = 2000;
+  double sum = 0;
+  for (int seed = 0; seed < runs; ++seed) sum += double(drawOk(spec, uint64_t(seed), horizon).faults.size());
+  EXPECT_NEAR(sum / runs, 6.0, 4 * std::sqrt(6.0 / runs));
+  const Plan p = drawOk(spec, 1, horizon);
+  ASSERT_EQ(p.rates.size(), 1u);
+  EXPECT_EQ(p.rates[0].schedule, "poisson");
+  EXPECT_EQ(p.rates[0].targets, 4);
+  EXPECT_NEAR(p.rates[0].expected_per_run, 6.0, 1e-9);
+  EXPECT_NEAR(p.rates[0].mtbf_s, horizon / 6, 1e-9);
+  // 6 per 300 s over 4 nodes at 60 cloud seconds per run second: 6 / 4 / (300 * 60 / 3600) per node-hour.
+  EXPECT_NEAR(p.rates[0].rate_per_hour, 6.0 / 4 / (300.0 * 60 / 3600), 1e-9);
+  // And the other way round: 0.6 per node-hour at time_scale 60 over 4 nodes and 300 s expects 12.
+  const Plan q = drawOk(parseOk(R"(
+chaos:
+  time_scale: 60
+  allow_full_outage: true
+  faults:
+    - {name: r, action: kill, target: {role: worker}, schedule: {poisson: {rate_per_node_hour: 0.6}}}
+)"), 1, horizon);
+  ASSERT_EQ(q.rates.size(), 1u);
+  EXPECT_NEAR(q.rates[0].expected_per_run, 12.0, 1e-9);
+  EXPECT_NE(formatPlanTable(q).find("12.000 expected per run, one per 25.0 s of the run"), std::string::npos)
+      << formatPlanTable(q);
+}
+
 TEST(ChaosSchedule, PoissonCountsWithinFourSigma) {
   // Kill with instant replacement keeps the arrival process a pure Poisson process per node.
   ChaosSpec spec = parseOk(R"(

@@ -107,6 +107,10 @@ TEST(ChaosSpec, KindSpecificRules) {
                      "params: {error: explode}}\n")
                 .find("'explode' is not one of: fail_send, fail_recv, drop, break_peer, abort_collective"),
             std::string::npos);
+  EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: kill, target: {role: worker}, "
+                     "schedule: {poisson: {rate_per_node_hour: 1, expected_per_run: 2}}}\n")
+                .find("needs exactly one of rate_per_node_hour"),
+            std::string::npos);
   EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: a, action: pause, target: {role: worker}}\n")
                 .find("missing when to inject"),
             std::string::npos);
