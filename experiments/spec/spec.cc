@@ -415,6 +415,16 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
   if (chaos.expectMap()) {
     spec.chaos.yaml = chaos.isNull() ? YAML::Node() : YAML::Clone(chaos.yaml());
     spec.chaos.parsed = chaos::parseChaosSpec(chaos);
+    // A fault that no strategy of the spec can meet is refused, not silently skipped.
+    const bool collectives = std::any_of(spec.strategies.begin(), spec.strategies.end(),
+                                         [](const StrategySpec& s) { return s.kind == StrategyKind::kMirrored; });
+    const std::vector<ConfigNode> items = chaos.child("faults").items();
+    for (size_t i = 0; i < items.size() && i < spec.chaos.parsed.faults.size(); ++i) {
+      const chaos::FaultSpec& f = spec.chaos.parsed.faults[i];
+      if (f.kind == chaos::FaultKind::kTransportError && f.params.error == "abort_collective" && !collectives)
+        items[i].child("params").errorAt("error", "abort_collective fails a collective step, and no strategy of this "
+                                                  "spec has collectives (only mirrored does)");
+    }
   }
 
   parseMetrics(root, &spec.metrics);

@@ -109,6 +109,12 @@ const BadSpec kBadSpecs[] = {
      {"t.yaml:8:16: strategies[0].training.target_accuracy: is shared by every strategy, so that their results "
       "compare; set it in the top-level training",
       "t.yaml:8:38: strategies[0].training.learning_rat: unknown field (did you mean 'learning_rate'?)"}},
+    {"a transport error that no strategy of the spec can meet",
+     spec(kCluster, kData, "strategies:\n  - name: parameter_server\n",
+          "chaos:\n  faults:\n    - {name: e, action: transport_error, target: {role: worker}, at_s: 1,\n"
+          "       params: {error: abort_collective}}\n"),
+     {"t.yaml:11:17: chaos.faults[0].params.error: abort_collective fails a collective step, and no strategy of "
+      "this spec has collectives (only mirrored does)"}},
     {"wrong apiVersion and kind",
      "apiVersion: chaosbed/v1\nkind: Suite\nmetadata: {name: t}\n" + std::string(kCluster) + kData + kStrategies,
      {"t.yaml:1:13: apiVersion: unsupported version 'chaosbed/v1'; this chaosbed reads chaosbed/v1alpha1",
