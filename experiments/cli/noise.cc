@@ -11,11 +11,13 @@
 #include "chaos/controller.h"
 #include "experiments/cli/cli.h"
 #include "experiments/run/experiment.h"
+#include "experiments/run/provenance.h"
 #include "experiments/sweep/noise.h"
 
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
+DECLARE_double(wait_quiet_s);
 DEFINE_int32(runs, 5, "noise: runs without faults (seeds spec.seed, spec.seed + 1, ...)");
 
 namespace chaosbed::cli {
@@ -48,6 +50,7 @@ int runNoise(int argc, char** argv) {
   options.runs = FLAGS_runs;
   auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
     if (interrupted) return Status::cancelled("interrupted");
+    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
     run::ExperimentOptions ro;
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;

@@ -11,11 +11,14 @@
 #include "chaos/controller.h"
 #include "experiments/cli/cli.h"
 #include "experiments/run/experiment.h"
+#include "experiments/run/provenance.h"
 #include "experiments/sweep/sweep.h"
 
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
+DEFINE_double(wait_quiet_s, 0, "sweep, tune, noise: before each run, wait up to this long for the 1-minute load to fall to "
+              "half the cores (a run's own load lingers in the next one's for about a minute); 0: do not wait");
 
 namespace chaosbed::cli {
 
@@ -42,6 +45,7 @@ int runSweep(int argc, char** argv) {
   options.out_dir = FLAGS_out.empty() ? spec->output.dir + "/" + spec->metadata.name + "/sweep" : FLAGS_out;
   auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
     if (interrupted) return Status::cancelled("interrupted");
+    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
     run::ExperimentOptions ro;
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;

@@ -14,11 +14,13 @@
 #include "core/config/config.h"
 #include "experiments/cli/cli.h"
 #include "experiments/run/experiment.h"
+#include "experiments/run/provenance.h"
 #include "experiments/tune/tune.h"
 
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
+DECLARE_double(wait_quiet_s);
 DEFINE_string(tune_lr, "", "tune: learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
 DEFINE_string(tune_momentum, "", "tune: momenta to try, comma-separated (default: 0,0.5,0.9)");
 DEFINE_string(tune_seeds, "", "tune: seeds per recipe, comma-separated (default: the spec's seed)");
@@ -75,6 +77,7 @@ int runTune(int argc, char** argv) {
   options.seeds = *seeds;
   auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
     if (interrupted) return Status::cancelled("interrupted");
+    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
     run::ExperimentOptions ro;
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;

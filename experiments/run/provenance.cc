@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -44,6 +46,24 @@ double loadAverage1() {
   double load = -1;
   if (!(in >> load)) return -1;
   return load;
+}
+
+bool waitForQuiet(double max_wait_s, FILE* progress) {
+  const double limit = 0.5 * std::max(1u, std::thread::hardware_concurrency());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_wait_s);
+  bool said = false;
+  for (;;) {
+    const double load = loadAverage1();
+    if (load >= 0 && load <= limit) return true;
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    if (!said && progress) {
+      std::fprintf(progress, "waiting for the load (%.2f) to fall to half the cores (%.1f), at most %.0f s\n", load, limit,
+                   max_wait_s);
+      std::fflush(progress);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 Provenance Provenance::atStart() {

@@ -6,6 +6,7 @@
 // rest is read when a run starts and ends. A run that starts with a 1-minute load above half the cores is
 // not a quiet-machine measurement: `quiet` says so, and the run warns on stderr.
 
+#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -36,5 +37,10 @@ struct Provenance {
 
 // The 1-minute load average; negative when unreadable.
 double loadAverage1();
+
+// Waits (up to max_wait_s) until the 1-minute load is at most half the cores, saying so on `progress` when
+// it has to wait. Back-to-back runs need it: a run's own load lingers in the next run's load average for
+// about a minute. Returns whether the machine is quiet now.
+bool waitForQuiet(double max_wait_s, FILE* progress);
 
 }  // namespace chaosbed::run
