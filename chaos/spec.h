@@ -7,7 +7,7 @@
 //     pause_mode: auto          # auto (freezer when the node has a cgroup, else SIGSTOP) | freezer | signal
 //     faults:
 //       - name: spot-reclaims                 # required, unique
-//         action: preempt                     # kill | preempt | pause | slow | link
+//         action: preempt                     # kill | preempt | vanish | pause | slow | link | transport_error
 //         profile: aws                        # preempt notice: aws 120 s, gcp 30 s, azure 30 s (cloud time)
 //         target: {role: worker}              # see below
 //         schedule: {poisson: {rate_per_node_hour: 0.6}}
