@@ -3,21 +3,14 @@
 // 4 when any failed, 3 on a bad spec.
 
 #include <gflags/gflags.h>
-#include <signal.h>
 
-#include <atomic>
 #include <cstdio>
 
-#include "chaos/controller.h"
+#include "experiments/cli/batch.h"
 #include "experiments/cli/cli.h"
-#include "experiments/run/experiment.h"
-#include "experiments/run/provenance.h"
 #include "experiments/sweep/noise.h"
 
 DECLARE_string(out);
-DECLARE_string(metrics_addr);
-DECLARE_bool(metrics_allow_remote);
-DECLARE_double(wait_quiet_s);
 DEFINE_int32(runs, 5, "noise: runs without faults (seeds spec.seed, spec.seed + 1, ...)");
 
 namespace chaosbed::cli {
@@ -32,38 +25,15 @@ int runNoise(int argc, char** argv) {
     std::fprintf(stderr, "chaosbed noise: --runs must be at least 2, got %d\n", FLAGS_runs);
     return kExitUsage;
   }
-  config::Diagnostics diagnostics;
-  auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
-  if (!spec) {
-    std::fputs(diagnostics.toString().c_str(), stderr);
-    return kExitInvalidSpec;
-  }
-  std::atomic<bool> interrupted{false};
-  auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
-  if (!watcher.isOk()) {
-    std::fprintf(stderr, "chaosbed noise: %s\n", watcher.status().toString().c_str());
-    return kExitInfrastructure;
-  }
+  int code = kExitPass;
+  auto batch = Batch::open("noise", argv[1], &code);
+  if (!batch) return code;
   sweep::NoiseOptions options;
   options.spec_path = argv[1];
-  options.out_dir = FLAGS_out.empty() ? spec->output.dir + "/" + spec->metadata.name + "/noise" : FLAGS_out;
+  options.out_dir = FLAGS_out.empty() ? batch->spec().output.dir + "/" + batch->spec().metadata.name + "/noise" : FLAGS_out;
   options.runs = FLAGS_runs;
-  auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
-    if (interrupted) return Status::cancelled("interrupted");
-    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
-    run::ExperimentOptions ro;
-    ro.out_dir = dir;
-    ro.metrics_addr = FLAGS_metrics_addr;
-    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
-    ro.interrupted = &interrupted;
-    ro.progress = nullptr;
-    auto outcome = run::runExperiment(point, ro);
-    if (interrupted) return Status::cancelled("interrupted");
-    if (!outcome.isOk()) return outcome.status();
-    return outcome->complete;
-  };
-  auto outcome = sweep::runNoise(options, runner);
-  if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
+  auto outcome = sweep::runNoise(options, batch->runner(nullptr));
+  if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {
     std::fprintf(stderr, "chaosbed noise: %s: %s\n", argv[1], outcome.status().toString().c_str());
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;

@@ -3,24 +3,16 @@
 // DIR/tune.json and DIR/tuned.yaml. Exit 0 when every run completed, 4 when any failed, 3 on a bad spec or grid.
 
 #include <gflags/gflags.h>
-#include <signal.h>
-
-#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <sstream>
 
-#include "chaos/controller.h"
 #include "core/config/config.h"
+#include "experiments/cli/batch.h"
 #include "experiments/cli/cli.h"
-#include "experiments/run/experiment.h"
-#include "experiments/run/provenance.h"
 #include "experiments/tune/tune.h"
 
 DECLARE_string(out);
-DECLARE_string(metrics_addr);
-DECLARE_bool(metrics_allow_remote);
-DECLARE_double(wait_quiet_s);
 DEFINE_string(tune_lr, "", "tune: learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
 DEFINE_string(tune_momentum, "", "tune: momenta to try, comma-separated (default: 0,0.5,0.9)");
 DEFINE_string(tune_seeds, "", "tune: seeds per recipe, comma-separated (default: the spec's seed)");
@@ -57,40 +49,17 @@ int runTune(int argc, char** argv) {
   auto moms = parseList<double>("tune_momentum", FLAGS_tune_momentum);
   auto seeds = parseList<int64_t>("tune_seeds", FLAGS_tune_seeds);
   if (!lrs || !moms || !seeds) return kExitUsage;
-  config::Diagnostics diagnostics;
-  auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
-  if (!spec) {
-    std::fputs(diagnostics.toString().c_str(), stderr);
-    return kExitInvalidSpec;
-  }
-  std::atomic<bool> interrupted{false};
-  auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
-  if (!watcher.isOk()) {
-    std::fprintf(stderr, "chaosbed tune: %s\n", watcher.status().toString().c_str());
-    return kExitInfrastructure;
-  }
+  int code = kExitPass;
+  auto batch = Batch::open("tune", argv[1], &code);
+  if (!batch) return code;
   tune::TuneOptions options;
   options.spec_path = argv[1];
-  options.out_dir = FLAGS_out.empty() ? spec->output.dir + "/" + spec->metadata.name + "/tune" : FLAGS_out;
+  options.out_dir = FLAGS_out.empty() ? batch->spec().output.dir + "/" + batch->spec().metadata.name + "/tune" : FLAGS_out;
   options.learning_rates = *lrs;
   options.momenta = *moms;
   options.seeds = *seeds;
-  auto runner = [&](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
-    if (interrupted) return Status::cancelled("interrupted");
-    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
-    run::ExperimentOptions ro;
-    ro.out_dir = dir;
-    ro.metrics_addr = FLAGS_metrics_addr;
-    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
-    ro.interrupted = &interrupted;
-    ro.progress = nullptr;
-    auto outcome = run::runExperiment(point, ro);
-    if (interrupted) return Status::cancelled("interrupted");
-    if (!outcome.isOk()) return outcome.status();
-    return outcome->complete;
-  };
-  auto outcome = tune::runTune(options, runner);
-  if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
+  auto outcome = tune::runTune(options, batch->runner(nullptr));
+  if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {
     std::fprintf(stderr, "chaosbed tune: %s: %s\n", argv[1], outcome.status().toString().c_str());
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;

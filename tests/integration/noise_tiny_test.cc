@@ -18,12 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 TEST(NoiseEndToEnd, ThreeSeedsGiveEachStrategysSpreadAndTheRunsResume) {
   const std::string dir = testing::makeTempDir("noise");

@@ -24,11 +24,39 @@ std::string scenario(const std::string& name) {
   return std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/" + name;
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+using testing::readFile;
+
+// A spec written to a file and run by `chaosbed run`, as a user runs it; what it wrote, read back.
+struct SpecRun {
+  nlohmann::json summary;
+  std::map<std::string, std::vector<nlohmann::json>> events;  // by strategy
+  // The first event of `type` about `node` in `strategy`'s run; null when there is none.
+  nlohmann::json find(const std::string& strategy, const std::string& type, const std::string& node) const {
+    auto it = events.find(strategy);
+    if (it != events.end())
+      for (const auto& e : it->second)
+        if (e.value("type", "") == type && e.value("node", "") == node) return e;
+    return nullptr;
+  }
+};
+
+// Fails the calling test (use ASSERT_NO_FATAL_FAILURE) unless the run exits 0 within `limit`.
+void runSpec(const std::string& tag, const std::string& yaml, SpecRun* out,
+             std::chrono::seconds limit = std::chrono::seconds(180)) {
+  const std::string dir = testing::makeTempDir(tag);
+  ASSERT_FALSE(dir.empty());
+  const std::string spec = dir + ".yaml";
+  std::ofstream(spec) << yaml;
+  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + dir + "/r", "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(limit));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  out->summary = nlohmann::json::parse(readFile(dir + "/r/summary.json"));
+  std::istringstream lines(readFile(dir + "/r/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object()) out->events[e.value("strategy", "")].push_back(e);
+  }
 }
 
 TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
@@ -119,12 +147,8 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
 // A pause of known length: the paused worker books it once, as paused; its peer books it as peer idle; and
 // each process's categories add up to its wall time (accounting_residual).
 TEST(RunExperiment, APauseOfKnownLengthIsBookedOnceAsPausedAndAsPeerIdle) {
-  const std::string out = testing::makeTempDir("run-pause");
-  ASSERT_FALSE(out.empty());
-  const std::string spec = out + ".yaml";
-  {
-    std::ofstream f(spec);
-    f << R"(apiVersion: chaosbed/v1alpha1
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-pause", R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: pause-accounting}
 seed: 3
@@ -145,13 +169,8 @@ strategies:
 chaos:
   faults:
     - {name: pause-1, action: pause, target: {role: worker, index: 1}, at_s: 2.0, duration_s: 2}
-)";
-  }
-  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
-  auto code = run.wait(deadlineIn(180s));
-  ASSERT_TRUE(code.has_value()) << run.output();
-  ASSERT_EQ(*code, 0) << run.output();
-  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+)", &r, std::chrono::seconds(180)));
+  const nlohmann::json& summary = r.summary;
   for (const char* label : {"mirrored", "parameter_server"}) {
     SCOPED_TRACE(label);
     const auto& s = summary["strategies"][label];
@@ -186,12 +205,8 @@ chaos:
 // timeout + heartbeat]), fenced, and only then replaced (restart_after counts from the vanish, but no
 // replacement starts before the detection). Recovery starts at the detection, not at the vanish.
 TEST(RunExperiment, AVanishedWorkerIsDeclaredLostAfterTheDetectionTimeout) {
-  const std::string out = testing::makeTempDir("run-vanish");
-  ASSERT_FALSE(out.empty());
-  const std::string spec = out + ".yaml";
-  {
-    std::ofstream f(spec);
-    f << R"(apiVersion: chaosbed/v1alpha1
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-vanish", R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: vanish-detection}
 seed: 4
@@ -210,20 +225,13 @@ strategies:
 chaos:
   faults:
     - {name: gone, action: vanish, target: {role: worker, index: 2}, at_s: 2.0, restart_after: {fixed_s: 1}}
-)";
-  }
-  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
-  auto code = run.wait(deadlineIn(180s));
-  ASSERT_TRUE(code.has_value()) << run.output();
-  ASSERT_EQ(*code, 0) << run.output();
-  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+)", &r, std::chrono::seconds(180)));
+  const nlohmann::json& summary = r.summary;
   std::map<std::string, std::map<std::string, double>> first;  // strategy -> event type -> first t for worker-2
-  std::istringstream lines(readFile(out + "/r/events.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (!e.is_object() || e.value("node", "") != "worker-2" || !e.contains("t")) continue;
-    first[e.value("strategy", "")].try_emplace(e.value("type", ""), e["t"].get<double>());
-  }
+  for (const auto& [strategy, events] : r.events)
+    for (const auto& e : events)
+      if (e.value("node", "") == "worker-2" && e.contains("t"))
+        first[strategy].try_emplace(e.value("type", ""), e["t"].get<double>());
   for (const char* label : {"mirrored", "parameter_server"}) {
     SCOPED_TRACE(label);
     const auto& s = summary["strategies"][label];
@@ -254,12 +262,8 @@ chaos:
 // the run) loses every update, counted as rolled-back samples. A preempted worker leaves after its step,
 // with status 0.
 TEST(RunExperiment, ParameterServerRolesActOnAPreemptionNotice) {
-  const std::string out = testing::makeTempDir("run-ps-notice");
-  ASSERT_FALSE(out.empty());
-  const std::string spec = out + ".yaml";
-  {
-    std::ofstream f(spec);
-    f << R"(apiVersion: chaosbed/v1alpha1
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-ps-notice", R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: ps-notice}
 seed: 6
@@ -278,22 +282,9 @@ chaos:
        restart_after: {fixed_s: 0.5}}
     - {name: worker-notice, action: preempt, target: {nodes: [worker-1]}, at_s: 3, params: {grace_s: 1},
        restart_after: {fixed_s: 0.5}}
-)";
-  }
-  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
-  auto code = run.wait(deadlineIn(180s));
-  ASSERT_TRUE(code.has_value()) << run.output();
-  ASSERT_EQ(*code, 0) << run.output();
-  std::map<std::string, std::vector<nlohmann::json>> events;  // strategy -> its node events
-  std::istringstream lines(readFile(out + "/r/events.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_object()) events[e.value("strategy", "")].push_back(e);
-  }
+)", &r, std::chrono::seconds(180)));
   auto find = [&](const std::string& label, const std::string& type, const std::string& node) {
-    for (const auto& e : events[label])
-      if (e.value("type", "") == type && e.value("node", "") == node) return e;
-    return nlohmann::json();
+    return r.find(label, type, node);
   };
   // With the option: the server saved at the notice and its replacement restored exactly that version.
   const auto saved = find("notice", "notice_checkpoint", "ps-0");
@@ -311,7 +302,7 @@ chaos:
   // Without it: nothing saved, nothing restored, every update of the first incarnation lost.
   EXPECT_FALSE(find("plain", "notice_checkpoint", "ps-0").is_object());
   EXPECT_FALSE(find("plain", "restored", "ps-0").is_object());
-  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+  const nlohmann::json& summary = r.summary;
   const auto& with = summary["strategies"]["notice"];
   const auto& without = summary["strategies"]["plain"];
   EXPECT_GT(without["samples_lost"].get<int64_t>(), 0) << without.dump(2);
@@ -324,12 +315,8 @@ chaos:
 // recovered from as a collective failure (mirrored) or by reconnecting (PS), and an injected I/O error on a
 // send kills only the process it was injected into: the replacement starts with a sound transport.
 TEST(RunExperiment, TransportErrorsFromASpecAreRecoveredFrom) {
-  const std::string out = testing::makeTempDir("run-transport-error");
-  ASSERT_FALSE(out.empty());
-  const std::string spec = out + ".yaml";
-  {
-    std::ofstream f(spec);
-    f << R"(apiVersion: chaosbed/v1alpha1
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-transport-error", R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: transport-errors}
 seed: 8
@@ -346,19 +333,9 @@ chaos:
     - {name: reset, action: transport_error, target: {between: [{nodes: [worker-0]}, {nodes: [worker-1, ps-0]}]},
        at_s: 1.5, params: {error: break_peer}}
     - {name: io, action: transport_error, target: {nodes: [worker-2]}, at_s: 5, params: {error: fail_send, nth: 3}}
-)";
-  }
-  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
-  auto code = run.wait(deadlineIn(180s));
-  ASSERT_TRUE(code.has_value()) << run.output();
-  ASSERT_EQ(*code, 0) << run.output();
-  std::map<std::string, std::vector<nlohmann::json>> events;
-  std::istringstream lines(readFile(out + "/r/events.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_object()) events[e.value("strategy", "")].push_back(e);
-  }
-  auto summary = nlohmann::json::parse(readFile(out + "/r/summary.json"));
+)", &r, std::chrono::seconds(180)));
+  auto& events = r.events;
+  const nlohmann::json& summary = r.summary;
   for (const char* label : {"mirrored", "parameter_server"}) {
     SCOPED_TRACE(label);
     int applied = 0, failed = 0, worker2_exits = 0;
@@ -388,16 +365,40 @@ chaos:
   EXPECT_TRUE(collective_recovery);
 }
 
+// Server queueing is server idle: four workers and one server throttled to 5% of a core for the whole run.
+// The server takes a request up late, so each worker's round trip is mostly waiting for the server (the
+// time its request sat in the queue and was served), not moving data.
+TEST(RunExperiment, ASlowServerIsBookedAsServerIdle) {
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-slow-server", R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: slow-server}
+seed: 9
+cluster: {workers: 4, servers: 1, cpu_per_node: 0.3}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 6,
+           eval_interval_s: 0.5, sustained_evals: 100, checkpoint_interval_s: 10}
+strategies:
+  - {name: parameter_server}
+chaos:
+  faults:
+    - {name: slow-server, action: slow, target: {nodes: [ps-0]}, at_s: 0.05, params: {cpu_fraction: 0.05}}
+)", &r));
+  const auto& s = r.summary["strategies"]["parameter_server"];
+  const auto& w = s["node_seconds"]["workers"];
+  const double server = w["server"].get<double>(), transfer = w["transfer"].get<double>(), wall = w["wall"].get<double>();
+  EXPECT_GE(server, 0.5 * wall) << s.dump(2);
+  EXPECT_GE(server, 5 * transfer) << "queueing at a slow server must not be booked as transfer\n" << s.dump(2);
+  EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
+}
+
 // Progress triggers fire on each node's own progress: an epoch trigger fires in a run (4096 samples,
 // 2 workers x 32 per step: epoch 1 begins at step 64), and a step trigger that names a worker fires at that
 // worker's step.
 TEST(RunExperiment, EpochAndNodeStepTriggersFire) {
-  const std::string out = testing::makeTempDir("run-trigger");
-  ASSERT_FALSE(out.empty());
-  const std::string spec = out + ".yaml";
-  {
-    std::ofstream f(spec);
-    f << R"(apiVersion: chaosbed/v1alpha1
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-trigger", R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: triggers}
 seed: 5
@@ -413,18 +414,11 @@ chaos:
   faults:
     - {name: at-epoch, action: pause, target: {role: worker, index: 0}, when: {epoch: 1}, duration_s: 0.2}
     - {name: at-step, action: pause, target: {role: worker, index: 1}, when: {node: worker-1, step: 100}, duration_s: 0.2}
-)";
-  }
-  testing::Command run({testing::chaosbedBinary(), "run", spec, "--out=" + out + "/r", "--metrics_addr=127.0.0.1:0"});
-  auto code = run.wait(deadlineIn(120s));
-  ASSERT_TRUE(code.has_value()) << run.output();
-  ASSERT_EQ(*code, 0) << run.output();
+)", &r, std::chrono::seconds(120)));
   std::map<std::string, std::set<std::string>> applied;  // strategy -> faults applied
-  std::istringstream lines(readFile(out + "/r/events.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("type", "") == "chaos.applied") applied[e.value("strategy", "")].insert(e.value("name", ""));
-  }
+  for (const auto& [strategy, events] : r.events)
+    for (const auto& e : events)
+      if (e.value("type", "") == "chaos.applied") applied[strategy].insert(e.value("name", ""));
   for (const char* label : {"mirrored", "parameter_server"}) {
     EXPECT_EQ(applied[label].count("at-epoch"), 1u) << label << ": the epoch trigger never fired";
     EXPECT_EQ(applied[label].count("at-step"), 1u) << label << ": the node's step trigger never fired";

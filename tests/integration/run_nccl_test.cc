@@ -19,12 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 // One worker on synthetic data, killed at its step 100 and replaced 1 s later (the whole role: allowed).
 // The target (1.0) is out of reach, so the run always trains to max_steps: through the kill, however fast

@@ -16,12 +16,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 TEST(SweepEndToEnd, TinySweepRunsPointAndBaselineThenResumes) {
   const std::string dir = testing::makeTempDir("sweep");

@@ -89,12 +89,7 @@ std::string specYaml() {
          "  listen: 127.0.0.1:0\n";
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 class StartupLoss : public ::testing::Test {
  protected:

@@ -88,12 +88,7 @@ std::string specYaml(const Policy& p) {
   return y.str();
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::readFile;
 
 // One finished run: its summary entry and its events.
 struct RunResult {

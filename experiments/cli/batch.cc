@@ -1,0 +1,59 @@
+#include "experiments/cli/batch.h"
+
+#include <gflags/gflags.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "experiments/cli/cli.h"
+#include "experiments/run/experiment.h"
+#include "experiments/run/provenance.h"
+
+DECLARE_string(metrics_addr);
+DECLARE_bool(metrics_allow_remote);
+DEFINE_double(wait_quiet_s, 0, "sweep, tune, noise: before each run, wait up to this long for the 1-minute load to fall to "
+              "half the cores (a run's own load lingers in the next one's for about a minute); 0: do not wait");
+
+namespace chaosbed::cli {
+
+std::unique_ptr<Batch> Batch::open(const char* command, const std::string& spec_path, int* exit_code) {
+  config::Diagnostics diagnostics;
+  auto spec = spec::readExperimentSpec(spec_path, {}, &diagnostics);
+  if (!spec) {
+    std::fputs(diagnostics.toString().c_str(), stderr);
+    *exit_code = kExitInvalidSpec;
+    return nullptr;
+  }
+  std::unique_ptr<Batch> b(new Batch);
+  b->spec_ = std::move(*spec);
+  Batch* self = b.get();
+  auto watcher = chaos::StopSignalWatcher::start([self](int) { self->interrupted_ = true; });
+  if (!watcher.isOk()) {
+    std::fprintf(stderr, "chaosbed %s: %s\n", command, watcher.status().toString().c_str());
+    *exit_code = kExitInfrastructure;
+    return nullptr;
+  }
+  b->watcher_ = std::move(*watcher);
+  return b;
+}
+
+sweep::PointRunner Batch::runner(FILE* progress) {
+  return [this, progress](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
+    if (interrupted_) return Status::cancelled("interrupted");
+    if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
+    run::ExperimentOptions ro;
+    ro.out_dir = dir;
+    ro.metrics_addr = FLAGS_metrics_addr;
+    ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
+    ro.interrupted = &interrupted_;
+    ro.progress = progress;
+    auto outcome = run::runExperiment(point, ro);
+    if (interrupted_) return Status::cancelled("interrupted");
+    if (!outcome.isOk()) return outcome.status();
+    return outcome->complete;
+  };
+}
+
+int Batch::interruptedExitCode() const { return watcher_ && watcher_->received() == SIGTERM ? 143 : kExitInterrupted; }
+
+}  // namespace chaosbed::cli
