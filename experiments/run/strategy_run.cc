@@ -2,238 +2,17 @@
 
 #include <glog/logging.h>
 #include <signal.h>
-#include <unistd.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <deque>
 #include <filesystem>
-#include <fstream>
-#include <mutex>
-#include <set>
 #include <thread>
 
-#include "chaos/actuators/link.h"
-#include "chaos/cluster.h"
-#include "chaos/controller.h"
-#include "core/control/failure_detector.h"
-#include "core/control/keys.h"
-#include "core/control/supervision.h"
-#include "core/isolation/cgroup.h"
 #include "core/launcher/launcher.h"
-#include "core/runtime/control.h"
-#include "core/runtime/link_command.h"
-#include "core/strategies/strategy.h"
 #include "experiments/run/node_config.h"
-#include "experiments/run/results.h"
-#include "transports/thread_annotations.h"
+#include "experiments/run/supervisor.h"
 
-namespace chaosbed::run {
-namespace {
+namespace chaosbed::run::detail {
 
-using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-constexpr auto kTick = 50ms;                 // supervisor loop period
-constexpr double kDrainS = 20.0;             // after stop: how long nodes get to finish their step
-
-std::string nodeName(const std::string& role, int index) { return role + "-" + std::to_string(index); }
-
-// A number from an event written by a node; NaN (a diverged loss is written as null) and absence read as
-// `otherwise`.
-double number(const nlohmann::json& j, const char* key, double otherwise) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
-}
-
-class Supervisor;
-
-// Tells the supervisor what chaos does before it does it: which nodes chaos kills or preempts (their
-// replacement is then chaos's to decide), and how many faults of each kind it injected.
-class ObservedActuator final : public chaos::Actuator {
- public:
-  ObservedActuator(chaos::Actuator* inner, Supervisor* supervisor) : inner_(inner), supervisor_(supervisor) {}
-  const char* name() const override { return inner_->name(); }
-  Status checkAvailable(const chaos::Fault& f, const std::string& n) override { return inner_->checkAvailable(f, n); }
-  Result<std::vector<chaos::HealRecord>> prepare(const chaos::Fault& f, const std::string& n) override {
-    return inner_->prepare(f, n);
-  }
-  Status apply(const chaos::Fault& f, const std::string& n) override;
-  Status escalate(const chaos::Fault& f, const std::string& n) override { return inner_->escalate(f, n); }
-  Status revert(const chaos::Fault& f, const std::string& n) override { return inner_->revert(f, n); }
-
- private:
-  chaos::Actuator* inner_;
-  Supervisor* supervisor_;
-};
-
-class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
- public:
-  Supervisor(const RunContext& ctx, const spec::StrategySpec& strategy)
-      : ctx_(ctx), spec_(*ctx.spec), strategy_(strategy),
-        prefix_(ctx.run_id + "/" + strategy.label), dir_(ctx.out_dir + "/" + strategy.label),
-        mirrored_(strategy.kind == spec::StrategyKind::kMirrored) {}
-  // The launcher goes first: its destructor stops the nodes, and its thread reports their exits through
-  // onExit into members (exits_) that would otherwise be destroyed before it (ThreadSanitizer found it).
-  ~Supervisor() override { launcher_.reset(); }
-
-  Result<StrategyResult> run();
-
-  // chaos::Cluster
-  std::vector<chaos::NodeInfo> nodes() const override { return all_nodes_; }
-  Result<pid_t> processGroup(const std::string& node) override {
-    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    return launcher_->pid(node);
-  }
-  NodeCgroup* cgroup(const std::string& node) override { return known(node) ? launcher_->cgroup(node) : nullptr; }
-  double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
-  Status replace(const std::string& node) override {
-    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    {
-      // A vanished node is replaced once its loss is detected (handleExits), never before: until then the
-      // cluster does not know that it is gone. (The launcher is asked first: exits_mu_ is never held while
-      // calling it.)
-      const bool running = launcher_->running(node);
-      MutexLock lock(exits_mu_);
-      if (vanished_.count(node) && running) {
-        replace_when_lost_.insert(node);
-        LOG(INFO) << strategy_.label << ": " << node << " vanished; its replacement waits for the detection";
-        return Status::ok();
-      }
-    }
-    MutexLock lock(mu_);
-    return restartLocked(node);
-  }
-
-  // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
-  Status setLink(const std::string& node, const std::vector<std::string>& peers,
-                 const chaos::FaultParams& params) override {
-    LinkCommand cmd{.op = LinkCommand::Op::kSet, .peers = peers, .bandwidth_mbps = params.bandwidth_mbps,
-                    .latency_ms = params.latency_ms, .partition = params.partition};
-    return sendLinkCommand(node, cmd);
-  }
-  Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
-    return sendLinkCommand(node, LinkCommand{.op = LinkCommand::Op::kClear, .peers = peers});
-  }
-  Status injectTransportError(const std::string& node, uint64_t fault_id, const std::vector<std::string>& peers,
-                              const chaos::FaultParams& params) override {
-    LinkCommand cmd;
-    cmd.op = LinkCommand::Op::kError;
-    cmd.peers = peers;
-    cmd.fault = fault_id;
-    cmd.incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
-    cmd.error = params.error;
-    cmd.nth = params.nth;
-    cmd.count = params.count;
-    return sendLinkCommand(node, cmd);
-  }
-  Status clearTransportError(const std::string& node, uint64_t fault_id) override {
-    LinkCommand cmd;
-    cmd.op = LinkCommand::Op::kClearErrors;
-    cmd.fault = fault_id;
-    return sendLinkCommand(node, cmd);
-  }
-
-  void chaosApplying(const chaos::Fault& f, const std::string& node) {
-    if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(f.kind));
-    MutexLock lock(exits_mu_);
-    fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now(), std::nullopt});
-    if (chaos::endsNode(f.kind)) chaos_killed_.insert(node);
-    if (f.kind == chaos::FaultKind::kVanish) vanished_.insert(node);
-  }
-
- private:
-  bool known(const std::string& node) const { return node_set_.count(node) > 0; }
-  double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
-
-  // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
-  // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
-  Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
-    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    auto n = ctx_.store->add(keys_.linkCount(node), 1);
-    if (!n.isOk()) return n.status();
-    const std::string index = std::to_string(*n - 1);
-    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.linkCommand(node, *n - 1), encodeLinkCommand(cmd)));
-    // The node applies commands in order and acknowledges each; a dead node never does.
-    auto ack = ctx_.store->get(keys_.linkAck(node, *n - 1), deadlineIn(2s));
-    if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
-    return decodeLinkAck(*ack).withContext(node + ": link command " + index);
-  }
-
-  Status prepare();
-  Status launchAll();
-  Status waitReady(const std::vector<std::string>& names, Deadline deadline);
-  void onExit(const ExitInfo& info);
-  void handleExits();
-  // Every heartbeat interval: hands each running node's heartbeat to the failure detector and fences those
-  // it declares lost.
-  void checkLiveness();
-  void declareLost(const control::FailureDetector::Lost& lost);
-  // The loss of node was seen at t (its exit, or its declaration): the faults on it that caused it are detected.
-  void markDetected(const std::string& node, double t, bool declared) CHAOSBED_REQUIRES(exits_mu_);
-  Status restartLocked(const std::string& node) CHAOSBED_REQUIRES(mu_);
-  void checkReplacements();
-  void readEvents();
-  void handleEvent(const std::string& text);
-  void requestStop(const std::string& reason);
-  NodeStats collectStats(const std::string& role, int count) const;
-  // Sets result_.accounting_residual from the final report of every worker and server process.
-  void accountingResidual();
-  NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
-  void exportMetrics(const chaos::Controller* chaos_controller);
-  int aliveCount() const;
-  int64_t totalWorkerSteps() const;
-  // Carries out Supervision's decisions, in order.
-  void execute(const std::vector<control::Action>& actions) CHAOSBED_REQUIRES(mu_);
-  void recordRecovery(double seconds, const std::string& cause) {
-    result_.recovery_seconds.push_back(seconds);
-    result_.recovery_causes.push_back(cause);
-    ++result_.recoveries;
-    if (ctx_.metrics) ctx_.metrics->recovery(spec_.metadata.name, strategy_.label, seconds);
-  }
-
-  const RunContext& ctx_;
-  const spec::ExperimentSpec& spec_;
-  const spec::StrategySpec& strategy_;
-  const std::string prefix_;
-  const control::ControlKeys keys_{prefix_};
-  const std::string dir_;
-  const bool mirrored_;
-  int workers_ = 0, servers_ = 0;
-  std::vector<chaos::NodeInfo> all_nodes_;  // of the plan (the chaos schedule is drawn once for the run)
-  std::set<std::string> node_set_;          // the nodes this strategy runs
-  std::vector<std::string> names_;
-
-  std::unique_ptr<Launcher> launcher_;
-  int64_t start_ns_ = 0;
-
-  mutable Mutex bad_stats_mu_;
-  mutable std::set<std::string> bad_stats_ CHAOSBED_GUARDED_BY(bad_stats_mu_);  // stats keys already logged as malformed
-
-  // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
-  // while calling the launcher (whose restart() waits for that thread).
-  Mutex exits_mu_;
-  std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
-  std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
-  std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
-  std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
-  std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);  // replacements due, awaiting that
-
-  // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
-  // killed) both use them.
-  Mutex mu_;
-  std::unique_ptr<control::Supervision> supervision_ CHAOSBED_GUARDED_BY(mu_);
-
-  // The supervisor's thread only.
-  control::FailureDetector detector_{spec_.cluster.failure_detection.timeout_s};
-  std::optional<SteadyClock::time_point> last_liveness_check_;
-  int streak_ = 0;            // consecutive evaluations at or above the target
-  double streak_start_s_ = 0;
-  int64_t events_read_ = 0;
-  bool stop_sent_ = false;
-  std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
-  StrategyResult result_;
-};
 
 Status ObservedActuator::apply(const chaos::Fault& f, const std::string& n) {
   supervisor_->chaosApplying(f, n);
@@ -399,63 +178,8 @@ void Supervisor::handleExits() {
   }
 }
 
-void Supervisor::markDetected(const std::string& node, double t, bool declared) {
-  for (FaultStart& f : fault_starts_) {
-    if (f.node != node || f.detected_t || f.t > t) continue;
-    // An exit is the detection of the faults that end a node; a declaration also of a pause that outlasted
-    // the timeout.
-    const auto kind = chaos::parseFaultKind(f.kind);
-    if (kind && (chaos::endsNode(*kind) || (declared && *kind == chaos::FaultKind::kPause))) f.detected_t = t;
-  }
-}
 
-void Supervisor::checkLiveness() {
-  const auto& fd = spec_.cluster.failure_detection;
-  const auto now_steady = SteadyClock::now();
-  if (stop_sent_ || (last_liveness_check_ && now_steady - *last_liveness_check_ < std::chrono::duration<double>(fd.heartbeat_s)))
-    return;
-  last_liveness_check_ = now_steady;
-  const double t = now();
-  for (const std::string& name : names_) {
-    const auto id = control::NodeId::parse(name);
-    if (!id || id->role == control::Role::kEvaluator) continue;  // it trains nothing and reports no wall time
-    if (!launcher_->running(name)) {
-      detector_.forget(*id);
-      continue;
-    }
-    // The heartbeat: the node's own report, refreshed every 250 ms while it lives, its wall time growing.
-    auto v = ctx_.store->get(keys_.stats(name, launcher_->incarnation(name) - 1), deadlineIn(200ms));
-    auto stats = v.isOk() ? NodeStats::decode(*v) : Result<NodeStats>(v.status());
-    if (!stats.isOk() || stats->final_report || stats->wall_seconds <= 0) {
-      detector_.forget(*id);  // starting (not armed yet) or finishing (not silent, done)
-      continue;
-    }
-    detector_.observe(*id, stats->wall_seconds, t);
-  }
-  for (const control::FailureDetector::Lost& lost : detector_.expired(t)) declareLost(lost);
-}
 
-void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
-  const std::string name = lost.node.name();
-  const double t = now();
-  LOG(INFO) << strategy_.label << ": " << name << " declared lost at " << t << " s (silent since " << lost.silent_since_s
-            << " s; failure_detection.timeout_s " << detector_.timeout_s() << ")";
-  if (ctx_.events) (void)ctx_.events->append({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
-                                              {"silent_since_s", lost.silent_since_s}, {"timeout_s", detector_.timeout_s()},
-                                              {"t", t}});
-  {
-    MutexLock lock(exits_mu_);
-    markDetected(name, t, /*declared=*/true);
-  }
-  // Fence it, as a cluster manager does before it replaces a node: its exit is then the failure the
-  // strategy recovers from. A frozen v1 task dies only once thawed.
-  if (Status s = launcher_->signal(name, SIGKILL); !s.isOk()) LOG(WARNING) << "fencing " << name << ": " << s.toString();
-  if (NodeCgroup* cg = launcher_->cgroup(name)) {
-    Result<bool> frozen = cg->isFrozen();
-    if (frozen.isOk() && *frozen)
-      if (Status s = cg->thaw(); !s.isOk()) LOG(WARNING) << "thawing " << name << " after fencing it: " << s.toString();
-  }
-}
 
 void Supervisor::checkReplacements() {
   MutexLock lock(mu_);
@@ -487,146 +211,13 @@ void Supervisor::requestStop(const std::string& reason) {
                                               {"t", result_.wall_seconds}});
 }
 
-void Supervisor::readEvents() {
-  // Each event is one atomic append (core/runtime/control.h): the list has no holes, so reading from the
-  // last index on never waits for a record that a killed writer left half-made.
-  for (;;) {
-    auto batch = ctx_.store->readList(keys_.events(), events_read_, 256);
-    if (!batch.isOk() || batch->empty()) return;
-    for (const std::string& text : *batch) {
-      ++events_read_;
-      handleEvent(text);
-    }
-  }
-}
 
-void Supervisor::handleEvent(const std::string& text) {
-  nlohmann::json e = nlohmann::json::parse(text, nullptr, false);
-  if (!e.is_object()) {
-    LOG(WARNING) << strategy_.label << ": ignoring a malformed event (" << text.size() << " bytes)";
-    return;
-  }
-  e["strategy"] = strategy_.label;
-  if (ctx_.events) (void)ctx_.events->append(e);
-  const std::string type = e.value("type", "");
-  if (type == "eval" && e.value("node", "") == nodeName("evaluator", 0)) {
-    EvalPoint p;
-    p.time_s = number(e, "snapshot_t", 0.0);
-    p.step = int64_t(number(e, "step", 0));
-    p.accuracy = number(e, "accuracy", 0.0);
-    p.loss = number(e, "loss", std::nan(""));
-    p.samples = collectStats("worker", workers_).samples;
-    p.alive = aliveCount();
-    result_.timeline.push_back(p);
-    result_.final_accuracy = p.accuracy;
-    result_.final_loss = p.loss;
-    if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
-    if (p.accuracy < spec_.training.target_accuracy) {
-      streak_ = 0;
-    } else {
-      if (streak_++ == 0) streak_start_s_ = p.time_s;
-      if (!result_.tta_seconds) {
-        result_.tta_seconds = p.time_s;
-        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
-      }
-      if (streak_ >= spec_.training.sustained_evals && !result_.tta_sustained_seconds) {
-        result_.tta_sustained_seconds = streak_start_s_;
-        requestStop("target");
-      }
-    }
-  } else if (type == "recovered") {
-    MutexLock lock(mu_);
-    execute(supervision_->onRecoveredEvent(number(e, "t", now())));
-  } else if (type == "failure_detected") {
-    // A member waits for a newer generation; Supervision decides whether an exit explains it (onTick).
-    auto node = control::NodeId::parse(e.value("node", ""));
-    const double generation = number(e, "generation", -1);
-    if (node && generation >= 0) {
-      std::string what = e.value("reason", "") + ": " + e.value("error", "");
-      if (what.size() > 200) what = what.substr(0, 200) + "...";
-      MutexLock lock(mu_);
-      supervision_->onCollectiveFailure(*node, int64_t(generation), now(), what);
-    }
-  } else if (type == "error") {
-    LOG(WARNING) << strategy_.label << ": " << e.dump();
-  }
-}
 
-NodeStats Supervisor::nodeStats(const std::string& name) const {
-  NodeStats total;
-  for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
-    const std::string k = keys_.stats(name, inc);
-    auto has = ctx_.store->contains(k);
-    if (!has.isOk() || !*has) continue;
-    auto v = ctx_.store->get(k, deadlineIn(1s));
-    if (!v.isOk()) continue;
-    auto stats = NodeStats::decode(*v);
-    if (stats.isOk()) {
-      total.merge(*stats);
-      continue;
-    }
-    // Ignored (a report never counts in part); logged once per key, not at every poll.
-    MutexLock lock(bad_stats_mu_);
-    if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
-  }
-  return total;
-}
 
-void Supervisor::accountingResidual() {
-  for (const std::string& name : names_) {
-    const auto id = control::NodeId::parse(name);
-    if (!id || control::roleName(id->role) == std::string("evaluator")) continue;
-    for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
-      auto v = ctx_.store->get(keys_.stats(name, inc), deadlineIn(1s));
-      if (!v.isOk()) continue;
-      auto stats = NodeStats::decode(*v);
-      if (!stats.isOk() || !stats->final_report || stats->wall_seconds <= 0) continue;
-      VLOG(1) << strategy_.label << ": " << name << "#" << inc << ": wall " << stats->wall_seconds << " s, booked "
-              << stats->toJson()["seconds"].dump();
-      if (const double r = stats->residualFraction(); r >= result_.accounting_residual) {
-        result_.accounting_residual = r;
-        result_.accounting_residual_node = name + "#" + std::to_string(inc);
-      }
-    }
-  }
-  if (result_.accounting_residual > 0.01)
-    LOG(WARNING) << strategy_.label << ": " << result_.accounting_residual_node << " booked its wall time with a residual of "
-                 << 100 * result_.accounting_residual << "% (wall - the sum of its categories)";
-}
 
-NodeStats Supervisor::collectStats(const std::string& role, int count) const {
-  NodeStats total;
-  for (int i = 0; i < count; ++i) total.merge(nodeStats(nodeName(role, i)));
-  return total;
-}
 
-void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
-  if (!ctx_.metrics) return;
-  const std::string& exp = spec_.metadata.name;
-  std::map<std::string, int> alive;
-  for (const std::string& name : names_) {
-    const auto id = control::NodeId::parse(name);
-    if (!id) continue;
-    const std::string role = control::roleName(id->role);
-    alive[role] += launcher_->running(name) ? 1 : 0;
-    if (role != "evaluator") ctx_.metrics->updateNode({exp, strategy_.label, role, name}, nodeStats(name));
-  }
-  for (const auto& [role, n] : alive) ctx_.metrics->setNodesAlive(exp, strategy_.label, role, n);
-  ctx_.metrics->setRunning(exp, strategy_.label, !stop_sent_, now());
-  if (chaos_controller) {
-    for (auto kind : chaos::kAllFaultKinds)
-      ctx_.metrics->setFaultsActive(exp, strategy_.label, chaos::faultKindName(kind), chaos_controller->activeFaults(kind));
-    ctx_.metrics->setFaultLeaks(exp, strategy_.label, chaos_controller->leakCount());
-  }
-}
 
-int64_t Supervisor::totalWorkerSteps() const { return collectStats("worker", workers_).steps; }
 
-int Supervisor::aliveCount() const {
-  int n = 0;
-  for (const auto& name : names_) n += launcher_->running(name) ? 1 : 0;
-  return n;
-}
 
 Result<StrategyResult> Supervisor::run() {
   result_.label = strategy_.label;
@@ -783,7 +374,11 @@ Result<StrategyResult> Supervisor::run() {
   return result_;
 }
 
-}  // namespace
+}  // namespace chaosbed::run::detail
+
+namespace chaosbed::run {
+
+using detail::Supervisor;
 
 bool awaitScrape(MetricsExporter& metrics, const std::string& what) {
   // A scraper whose interval is known comes within about one interval; one not seen yet gets the limit.

@@ -1,0 +1,243 @@
+#pragma once
+// The supervisor of one strategy run (runStrategy, strategy_run.h): internal to experiments/run. It launches
+// and supervises the strategy's nodes, carries out the chaos plan against them and collects the result.
+// strategy_run.cc holds its life cycle (launch, exits, replacements, the run loop); supervisor_observe.cc
+// what it reads from the nodes (events, stats, heartbeats, metrics).
+
+#include "experiments/run/strategy_run.h"
+
+#include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
+#include <cmath>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+#include "chaos/actuators/link.h"
+#include "chaos/cluster.h"
+#include "chaos/controller.h"
+#include "core/control/failure_detector.h"
+#include "core/control/keys.h"
+#include "core/control/supervision.h"
+#include "core/isolation/cgroup.h"
+#include "core/launcher/launcher.h"
+#include "core/runtime/control.h"
+#include "core/runtime/link_command.h"
+#include "core/strategies/strategy.h"
+#include "experiments/run/node_config.h"
+#include "experiments/run/results.h"
+#include "transports/thread_annotations.h"
+
+namespace chaosbed::run::detail {
+
+using namespace std::chrono_literals;
+
+
+using namespace std::chrono_literals;
+
+inline constexpr auto kTick = 50ms;                 // supervisor loop period
+inline constexpr double kDrainS = 20.0;             // after stop: how long nodes get to finish their step
+
+inline std::string nodeName(const std::string& role, int index) { return role + "-" + std::to_string(index); }
+
+// A number from an event written by a node; NaN (a diverged loss is written as null) and absence read as
+// `otherwise`.
+inline double number(const nlohmann::json& j, const char* key, double otherwise) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
+}
+
+class Supervisor;
+
+// Tells the supervisor what chaos does before it does it: which nodes chaos kills or preempts (their
+// replacement is then chaos's to decide), and how many faults of each kind it injected.
+class ObservedActuator final : public chaos::Actuator {
+ public:
+  ObservedActuator(chaos::Actuator* inner, Supervisor* supervisor) : inner_(inner), supervisor_(supervisor) {}
+  const char* name() const override { return inner_->name(); }
+  Status checkAvailable(const chaos::Fault& f, const std::string& n) override { return inner_->checkAvailable(f, n); }
+  Result<std::vector<chaos::HealRecord>> prepare(const chaos::Fault& f, const std::string& n) override {
+    return inner_->prepare(f, n);
+  }
+  Status apply(const chaos::Fault& f, const std::string& n) override;
+  Status escalate(const chaos::Fault& f, const std::string& n) override { return inner_->escalate(f, n); }
+  Status revert(const chaos::Fault& f, const std::string& n) override { return inner_->revert(f, n); }
+
+ private:
+  chaos::Actuator* inner_;
+  Supervisor* supervisor_;
+};
+
+class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
+ public:
+  Supervisor(const RunContext& ctx, const spec::StrategySpec& strategy)
+      : ctx_(ctx), spec_(*ctx.spec), strategy_(strategy),
+        prefix_(ctx.run_id + "/" + strategy.label), dir_(ctx.out_dir + "/" + strategy.label),
+        mirrored_(strategy.kind == spec::StrategyKind::kMirrored) {}
+  // The launcher goes first: its destructor stops the nodes, and its thread reports their exits through
+  // onExit into members (exits_) that would otherwise be destroyed before it (ThreadSanitizer found it).
+  ~Supervisor() override { launcher_.reset(); }
+
+  Result<StrategyResult> run();
+
+  // chaos::Cluster
+  std::vector<chaos::NodeInfo> nodes() const override { return all_nodes_; }
+  Result<pid_t> processGroup(const std::string& node) override {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    return launcher_->pid(node);
+  }
+  NodeCgroup* cgroup(const std::string& node) override { return known(node) ? launcher_->cgroup(node) : nullptr; }
+  double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
+  Status replace(const std::string& node) override {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    {
+      // A vanished node is replaced once its loss is detected (handleExits), never before: until then the
+      // cluster does not know that it is gone. (The launcher is asked first: exits_mu_ is never held while
+      // calling it.)
+      const bool running = launcher_->running(node);
+      MutexLock lock(exits_mu_);
+      if (vanished_.count(node) && running) {
+        replace_when_lost_.insert(node);
+        LOG(INFO) << strategy_.label << ": " << node << " vanished; its replacement waits for the detection";
+        return Status::ok();
+      }
+    }
+    MutexLock lock(mu_);
+    return restartLocked(node);
+  }
+
+  // chaos::LinkControl: a command the node's control watcher applies to its transport shaper.
+  Status setLink(const std::string& node, const std::vector<std::string>& peers,
+                 const chaos::FaultParams& params) override {
+    LinkCommand cmd{.op = LinkCommand::Op::kSet, .peers = peers, .bandwidth_mbps = params.bandwidth_mbps,
+                    .latency_ms = params.latency_ms, .partition = params.partition};
+    return sendLinkCommand(node, cmd);
+  }
+  Status clearLink(const std::string& node, const std::vector<std::string>& peers) override {
+    return sendLinkCommand(node, LinkCommand{.op = LinkCommand::Op::kClear, .peers = peers});
+  }
+  Status injectTransportError(const std::string& node, uint64_t fault_id, const std::vector<std::string>& peers,
+                              const chaos::FaultParams& params) override {
+    LinkCommand cmd;
+    cmd.op = LinkCommand::Op::kError;
+    cmd.peers = peers;
+    cmd.fault = fault_id;
+    cmd.incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
+    cmd.error = params.error;
+    cmd.nth = params.nth;
+    cmd.count = params.count;
+    return sendLinkCommand(node, cmd);
+  }
+  Status clearTransportError(const std::string& node, uint64_t fault_id) override {
+    LinkCommand cmd;
+    cmd.op = LinkCommand::Op::kClearErrors;
+    cmd.fault = fault_id;
+    return sendLinkCommand(node, cmd);
+  }
+
+  void chaosApplying(const chaos::Fault& f, const std::string& node) {
+    if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(f.kind));
+    MutexLock lock(exits_mu_);
+    fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now(), std::nullopt});
+    if (chaos::endsNode(f.kind)) chaos_killed_.insert(node);
+    if (f.kind == chaos::FaultKind::kVanish) vanished_.insert(node);
+  }
+
+ private:
+  bool known(const std::string& node) const { return node_set_.count(node) > 0; }
+  double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
+
+  // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
+  // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
+  Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
+    if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    auto n = ctx_.store->add(keys_.linkCount(node), 1);
+    if (!n.isOk()) return n.status();
+    const std::string index = std::to_string(*n - 1);
+    CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.linkCommand(node, *n - 1), encodeLinkCommand(cmd)));
+    // The node applies commands in order and acknowledges each; a dead node never does.
+    auto ack = ctx_.store->get(keys_.linkAck(node, *n - 1), deadlineIn(2s));
+    if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
+    return decodeLinkAck(*ack).withContext(node + ": link command " + index);
+  }
+
+  Status prepare();
+  Status launchAll();
+  Status waitReady(const std::vector<std::string>& names, Deadline deadline);
+  void onExit(const ExitInfo& info);
+  void handleExits();
+  // Every heartbeat interval: hands each running node's heartbeat to the failure detector and fences those
+  // it declares lost.
+  void checkLiveness();
+  void declareLost(const control::FailureDetector::Lost& lost);
+  // The loss of node was seen at t (its exit, or its declaration): the faults on it that caused it are detected.
+  void markDetected(const std::string& node, double t, bool declared) CHAOSBED_REQUIRES(exits_mu_);
+  Status restartLocked(const std::string& node) CHAOSBED_REQUIRES(mu_);
+  void checkReplacements();
+  void readEvents();
+  void handleEvent(const std::string& text);
+  void requestStop(const std::string& reason);
+  NodeStats collectStats(const std::string& role, int count) const;
+  // Sets result_.accounting_residual from the final report of every worker and server process.
+  void accountingResidual();
+  NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
+  void exportMetrics(const chaos::Controller* chaos_controller);
+  int aliveCount() const;
+  int64_t totalWorkerSteps() const;
+  // Carries out Supervision's decisions, in order.
+  void execute(const std::vector<control::Action>& actions) CHAOSBED_REQUIRES(mu_);
+  void recordRecovery(double seconds, const std::string& cause) {
+    result_.recovery_seconds.push_back(seconds);
+    result_.recovery_causes.push_back(cause);
+    ++result_.recoveries;
+    if (ctx_.metrics) ctx_.metrics->recovery(spec_.metadata.name, strategy_.label, seconds);
+  }
+
+  const RunContext& ctx_;
+  const spec::ExperimentSpec& spec_;
+  const spec::StrategySpec& strategy_;
+  const std::string prefix_;
+  const control::ControlKeys keys_{prefix_};
+  const std::string dir_;
+  const bool mirrored_;
+  int workers_ = 0, servers_ = 0;
+  std::vector<chaos::NodeInfo> all_nodes_;  // of the plan (the chaos schedule is drawn once for the run)
+  std::set<std::string> node_set_;          // the nodes this strategy runs
+  std::vector<std::string> names_;
+
+  std::unique_ptr<Launcher> launcher_;
+  int64_t start_ns_ = 0;
+
+  mutable Mutex bad_stats_mu_;
+  mutable std::set<std::string> bad_stats_ CHAOSBED_GUARDED_BY(bad_stats_mu_);  // stats keys already logged as malformed
+
+  // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held
+  // while calling the launcher (whose restart() waits for that thread).
+  Mutex exits_mu_;
+  std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
+  std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
+  std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
+  std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
+  std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);  // replacements due, awaiting that
+
+  // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
+  // killed) both use them.
+  Mutex mu_;
+  std::unique_ptr<control::Supervision> supervision_ CHAOSBED_GUARDED_BY(mu_);
+
+  // The supervisor's thread only.
+  control::FailureDetector detector_{spec_.cluster.failure_detection.timeout_s};
+  std::optional<SteadyClock::time_point> last_liveness_check_;
+  int streak_ = 0;            // consecutive evaluations at or above the target
+  double streak_start_s_ = 0;
+  int64_t events_read_ = 0;
+  bool stop_sent_ = false;
+  std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
+  StrategyResult result_;
+};
+
+}  // namespace chaosbed::run::detail

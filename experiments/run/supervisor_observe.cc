@@ -1,0 +1,209 @@
+#include <glog/logging.h>
+#include <signal.h>
+
+#include "core/isolation/cgroup.h"
+#include "core/launcher/launcher.h"
+#include "experiments/run/supervisor.h"
+
+namespace chaosbed::run::detail {
+
+void Supervisor::markDetected(const std::string& node, double t, bool declared) {
+  for (FaultStart& f : fault_starts_) {
+    if (f.node != node || f.detected_t || f.t > t) continue;
+    // An exit is the detection of the faults that end a node; a declaration also of a pause that outlasted
+    // the timeout.
+    const auto kind = chaos::parseFaultKind(f.kind);
+    if (kind && (chaos::endsNode(*kind) || (declared && *kind == chaos::FaultKind::kPause))) f.detected_t = t;
+  }
+}
+
+void Supervisor::checkLiveness() {
+  const auto& fd = spec_.cluster.failure_detection;
+  const auto now_steady = SteadyClock::now();
+  if (stop_sent_ || (last_liveness_check_ && now_steady - *last_liveness_check_ < std::chrono::duration<double>(fd.heartbeat_s)))
+    return;
+  last_liveness_check_ = now_steady;
+  const double t = now();
+  for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id || id->role == control::Role::kEvaluator) continue;  // it trains nothing and reports no wall time
+    if (!launcher_->running(name)) {
+      detector_.forget(*id);
+      continue;
+    }
+    // The heartbeat: the node's own report, refreshed every 250 ms while it lives, its wall time growing.
+    auto v = ctx_.store->get(keys_.stats(name, launcher_->incarnation(name) - 1), deadlineIn(200ms));
+    auto stats = v.isOk() ? NodeStats::decode(*v) : Result<NodeStats>(v.status());
+    if (!stats.isOk() || stats->final_report || stats->wall_seconds <= 0) {
+      detector_.forget(*id);  // starting (not armed yet) or finishing (not silent, done)
+      continue;
+    }
+    detector_.observe(*id, stats->wall_seconds, t);
+  }
+  for (const control::FailureDetector::Lost& lost : detector_.expired(t)) declareLost(lost);
+}
+
+void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
+  const std::string name = lost.node.name();
+  const double t = now();
+  LOG(INFO) << strategy_.label << ": " << name << " declared lost at " << t << " s (silent since " << lost.silent_since_s
+            << " s; failure_detection.timeout_s " << detector_.timeout_s() << ")";
+  if (ctx_.events) (void)ctx_.events->append({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
+                                              {"silent_since_s", lost.silent_since_s}, {"timeout_s", detector_.timeout_s()},
+                                              {"t", t}});
+  {
+    MutexLock lock(exits_mu_);
+    markDetected(name, t, /*declared=*/true);
+  }
+  // Fence it, as a cluster manager does before it replaces a node: its exit is then the failure the
+  // strategy recovers from. A frozen v1 task dies only once thawed.
+  if (Status s = launcher_->signal(name, SIGKILL); !s.isOk()) LOG(WARNING) << "fencing " << name << ": " << s.toString();
+  if (NodeCgroup* cg = launcher_->cgroup(name)) {
+    Result<bool> frozen = cg->isFrozen();
+    if (frozen.isOk() && *frozen)
+      if (Status s = cg->thaw(); !s.isOk()) LOG(WARNING) << "thawing " << name << " after fencing it: " << s.toString();
+  }
+}
+
+void Supervisor::readEvents() {
+  // Each event is one atomic append (core/runtime/control.h): the list has no holes, so reading from the
+  // last index on never waits for a record that a killed writer left half-made.
+  for (;;) {
+    auto batch = ctx_.store->readList(keys_.events(), events_read_, 256);
+    if (!batch.isOk() || batch->empty()) return;
+    for (const std::string& text : *batch) {
+      ++events_read_;
+      handleEvent(text);
+    }
+  }
+}
+
+void Supervisor::handleEvent(const std::string& text) {
+  nlohmann::json e = nlohmann::json::parse(text, nullptr, false);
+  if (!e.is_object()) {
+    LOG(WARNING) << strategy_.label << ": ignoring a malformed event (" << text.size() << " bytes)";
+    return;
+  }
+  e["strategy"] = strategy_.label;
+  if (ctx_.events) (void)ctx_.events->append(e);
+  const std::string type = e.value("type", "");
+  if (type == "eval" && e.value("node", "") == nodeName("evaluator", 0)) {
+    EvalPoint p;
+    p.time_s = number(e, "snapshot_t", 0.0);
+    p.step = int64_t(number(e, "step", 0));
+    p.accuracy = number(e, "accuracy", 0.0);
+    p.loss = number(e, "loss", std::nan(""));
+    p.samples = collectStats("worker", workers_).samples;
+    p.alive = aliveCount();
+    result_.timeline.push_back(p);
+    result_.final_accuracy = p.accuracy;
+    result_.final_loss = p.loss;
+    if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
+    if (p.accuracy < spec_.training.target_accuracy) {
+      streak_ = 0;
+    } else {
+      if (streak_++ == 0) streak_start_s_ = p.time_s;
+      if (!result_.tta_seconds) {
+        result_.tta_seconds = p.time_s;
+        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
+      }
+      if (streak_ >= spec_.training.sustained_evals && !result_.tta_sustained_seconds) {
+        result_.tta_sustained_seconds = streak_start_s_;
+        requestStop("target");
+      }
+    }
+  } else if (type == "recovered") {
+    MutexLock lock(mu_);
+    execute(supervision_->onRecoveredEvent(number(e, "t", now())));
+  } else if (type == "failure_detected") {
+    // A member waits for a newer generation; Supervision decides whether an exit explains it (onTick).
+    auto node = control::NodeId::parse(e.value("node", ""));
+    const double generation = number(e, "generation", -1);
+    if (node && generation >= 0) {
+      std::string what = e.value("reason", "") + ": " + e.value("error", "");
+      if (what.size() > 200) what = what.substr(0, 200) + "...";
+      MutexLock lock(mu_);
+      supervision_->onCollectiveFailure(*node, int64_t(generation), now(), what);
+    }
+  } else if (type == "error") {
+    LOG(WARNING) << strategy_.label << ": " << e.dump();
+  }
+}
+
+NodeStats Supervisor::nodeStats(const std::string& name) const {
+  NodeStats total;
+  for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
+    const std::string k = keys_.stats(name, inc);
+    auto has = ctx_.store->contains(k);
+    if (!has.isOk() || !*has) continue;
+    auto v = ctx_.store->get(k, deadlineIn(1s));
+    if (!v.isOk()) continue;
+    auto stats = NodeStats::decode(*v);
+    if (stats.isOk()) {
+      total.merge(*stats);
+      continue;
+    }
+    // Ignored (a report never counts in part); logged once per key, not at every poll.
+    MutexLock lock(bad_stats_mu_);
+    if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
+  }
+  return total;
+}
+
+void Supervisor::accountingResidual() {
+  for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id || control::roleName(id->role) == std::string("evaluator")) continue;
+    for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
+      auto v = ctx_.store->get(keys_.stats(name, inc), deadlineIn(1s));
+      if (!v.isOk()) continue;
+      auto stats = NodeStats::decode(*v);
+      if (!stats.isOk() || !stats->final_report || stats->wall_seconds <= 0) continue;
+      VLOG(1) << strategy_.label << ": " << name << "#" << inc << ": wall " << stats->wall_seconds << " s, booked "
+              << stats->toJson()["seconds"].dump();
+      if (const double r = stats->residualFraction(); r >= result_.accounting_residual) {
+        result_.accounting_residual = r;
+        result_.accounting_residual_node = name + "#" + std::to_string(inc);
+      }
+    }
+  }
+  if (result_.accounting_residual > 0.01)
+    LOG(WARNING) << strategy_.label << ": " << result_.accounting_residual_node << " booked its wall time with a residual of "
+                 << 100 * result_.accounting_residual << "% (wall - the sum of its categories)";
+}
+
+NodeStats Supervisor::collectStats(const std::string& role, int count) const {
+  NodeStats total;
+  for (int i = 0; i < count; ++i) total.merge(nodeStats(nodeName(role, i)));
+  return total;
+}
+
+void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
+  if (!ctx_.metrics) return;
+  const std::string& exp = spec_.metadata.name;
+  std::map<std::string, int> alive;
+  for (const std::string& name : names_) {
+    const auto id = control::NodeId::parse(name);
+    if (!id) continue;
+    const std::string role = control::roleName(id->role);
+    alive[role] += launcher_->running(name) ? 1 : 0;
+    if (role != "evaluator") ctx_.metrics->updateNode({exp, strategy_.label, role, name}, nodeStats(name));
+  }
+  for (const auto& [role, n] : alive) ctx_.metrics->setNodesAlive(exp, strategy_.label, role, n);
+  ctx_.metrics->setRunning(exp, strategy_.label, !stop_sent_, now());
+  if (chaos_controller) {
+    for (auto kind : chaos::kAllFaultKinds)
+      ctx_.metrics->setFaultsActive(exp, strategy_.label, chaos::faultKindName(kind), chaos_controller->activeFaults(kind));
+    ctx_.metrics->setFaultLeaks(exp, strategy_.label, chaos_controller->leakCount());
+  }
+}
+
+int64_t Supervisor::totalWorkerSteps() const { return collectStats("worker", workers_).steps; }
+
+int Supervisor::aliveCount() const {
+  int n = 0;
+  for (const auto& name : names_) n += launcher_->running(name) ? 1 : 0;
+  return n;
+}
+
+}  // namespace chaosbed::run::detail
