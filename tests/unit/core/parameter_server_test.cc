@@ -216,7 +216,9 @@ class PsCluster {
     if (auto it = latency_.find(rank); it != latency_.end()) {
       auto shaper = std::make_unique<LinkShaper>(std::move(node->transport));
       for (int peer = 0; peer < shaper->size(); ++peer)
-        if (peer != rank) EXPECT_TRUE(shaper->setLink(peer, LinkParams{.latency = it->second}).isOk());
+        if (peer != rank) {
+          EXPECT_TRUE(shaper->setLink(peer, LinkParams{.latency = it->second}).isOk());
+        }
       node->transport = std::move(shaper);
     }
     node->control = std::make_unique<ControlChannel>(store, kRun, name, 0);

@@ -34,7 +34,9 @@ ExperimentSpec mustLoad(const fs::path& p, const std::vector<std::string>& overr
 TEST(SpecExample, SpotPreemptionValidatesUnchanged) {
   // The repository keeps a verbatim copy of the shared example; when the shared tree is here, they match.
   const fs::path copy = kScenarios / "spot-preemption.yaml";
-  if (fs::exists(kSharedExample)) EXPECT_EQ(readText(copy), readText(kSharedExample));
+  if (fs::exists(kSharedExample)) {
+    EXPECT_EQ(readText(copy), readText(kSharedExample));
+  }
   ExperimentSpec s = mustLoad(copy);
   EXPECT_EQ(s.metadata.name, "spot-preemption");
   EXPECT_EQ(s.seed, 42);
