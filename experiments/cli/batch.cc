@@ -11,7 +11,7 @@
 
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
-DEFINE_double(wait_quiet_s, 0, "sweep, tune, noise: before each run, wait up to this long for the 1-minute load to fall to "
+DEFINE_double(wait_quiet_s, 0, "before each run, wait up to this long for the 1-minute load to fall to "
               "half the cores (a run's own load lingers in the next one's for about a minute); 0: do not wait");
 
 namespace chaosbed::cli {

@@ -22,9 +22,9 @@
 #include "transports/collective.h"
 #include "transports/ucx/transport.h"
 
-DEFINE_int32(ranks, 4, "bench allreduce: number of ranks (processes), 2..64");
-DEFINE_uint64(bench_allreduce_max_bytes, 64ull << 20, "bench allreduce: largest buffer in bytes (4 KiB..1 GiB)");
-DEFINE_uint64(bench_allreduce_chunk_bytes, 0, "bench allreduce: pipeline chunk in bytes (0: the library default)");
+DEFINE_int32(ranks, 4, "number of ranks (processes), 2..64");
+DEFINE_uint64(bench_allreduce_max_bytes, 64ull << 20, "largest buffer in bytes (4 KiB..1 GiB)");
+DEFINE_uint64(bench_allreduce_chunk_bytes, 0, "pipeline chunk in bytes (0: the library default)");
 DECLARE_bool(json);
 
 namespace chaosbed::cli {

@@ -18,7 +18,7 @@
 #include "transports/bootstrap/store.h"
 #include "transports/ucx/transport.h"
 
-DEFINE_uint64(bench_p2p_max_bytes, 64ull << 20, "bench p2p: largest message size (bytes; sizes go up in powers of 4 from 4 KiB)");
+DEFINE_uint64(bench_p2p_max_bytes, 64ull << 20, "largest message size (bytes; sizes go up in powers of 4 from 4 KiB)");
 DECLARE_bool(json);
 
 namespace chaosbed::cli {

@@ -16,7 +16,7 @@
 #include "transports/bootstrap/store.h"
 
 DEFINE_bool(bench_cma, true,
-            "bench p2p/allreduce: let UCX use cross-memory attach, as ucx_perftest does (training nodes run "
+            "let UCX use cross-memory attach, as ucx_perftest does (training nodes run "
             "without it: a peer dying mid-transfer would abort its partner); --bench_cma=false measures the "
             "nodes' configuration");
 

@@ -18,7 +18,7 @@
 #include "core/optim/sgd.h"
 #include "experiments/cli/cli.h"
 
-DEFINE_double(bench_train_s, 3.0, "bench train: seconds to measure (after a warm-up)");
+DEFINE_double(bench_train_s, 3.0, "seconds to measure (after a warm-up)");
 DECLARE_string(layers);
 DECLARE_int32(batch);
 DECLARE_bool(json);

@@ -32,14 +32,14 @@
 #include "core/config/config.h"
 #include "experiments/cli/cli.h"
 
-DEFINE_int64(seed, -1, "chaos plan: the run's seed (default: the spec's seed)");
-DEFINE_bool(json, false, "print JSON (one object per line) instead of a table (chaos plan, bench, train)");
-DEFINE_string(state, "", "chaos agent: the chaos controller's state directory");
-DEFINE_int32(control_fd, -1, "chaos agent: read end of the controller's pipe (EOF = controller gone)");
-DEFINE_double(agent_lease_timeout_s, 3.0, "chaos agent: heal when the controller's lease is older than this");
-DEFINE_int32(bench_faults, 1000, "chaos bench: number of faults for the injection-delay measurement");
-DEFINE_double(bench_gap_ms, 5.0, "chaos bench: planned gap between faults, milliseconds");
-DEFINE_string(bench_json, "", "chaos bench: also write the figures to this JSON file");
+DEFINE_int64(seed, -1, "the seed (default: the spec's seed for chaos plan, a fixed seed for train)");
+DEFINE_bool(json, false, "print JSON (one object per line) instead of a table");
+DEFINE_string(state, "", "the chaos controller's state directory");
+DEFINE_int32(control_fd, -1, "read end of the controller's pipe (EOF = controller gone)");
+DEFINE_double(agent_lease_timeout_s, 3.0, "heal when the controller's lease is older than this");
+DEFINE_int32(bench_faults, 1000, "number of faults for the injection-delay measurement");
+DEFINE_double(bench_gap_ms, 5.0, "planned gap between faults, milliseconds");
+DEFINE_string(bench_json, "", "also write the figures to this JSON file");
 
 namespace chaosbed::cli {
 namespace {
@@ -253,42 +253,39 @@ int benchCommand() {
 
 }  // namespace
 
-int runChaos(int argc, char** argv) {
-  if (argc < 2) return usage();
-  const std::string sub = argv[1];
-  if (sub == "plan") {
-    if (argc != 3) return usage();
-    return planCommand(argv[2]);
+int runChaosPlan(int argc, char** argv) {
+  if (argc != 2) return usage();
+  return planCommand(argv[1]);
+}
+
+int runChaosBench(int argc, char**) {
+  if (argc != 1) return usage();
+  return benchCommand();
+}
+
+int runChaosHeal(int argc, char**) {
+  if (argc != 1) return usage();
+  auto root = chaos::hostStateRoot();
+  if (!root.isOk()) {
+    std::fprintf(stderr, "chaosbed chaos heal: %s\n", root.status().toString().c_str());
+    return kExitInfrastructure;
   }
-  if (sub == "bench") {
-    if (argc != 2) return usage();
-    return benchCommand();
+  const chaos::HealReport r = chaos::healDeadRuns(*root);
+  std::printf("chaos heal: %s: %d dead run(s) healed, %d fault record(s) replayed, %d cgroup group(s) removed\n",
+              root->c_str(), r.runs, r.records, r.cgroups);
+  for (const std::string& e : r.errors) std::fprintf(stderr, "chaosbed chaos heal: %s\n", e.c_str());
+  return r.errors.empty() ? kExitPass : kExitInfrastructure;
+}
+
+int runChaosAgent(int, char**) {
+  if (FLAGS_state.empty()) {
+    std::fprintf(stderr, "chaosbed chaos agent: --state DIR is required\n");
+    return kExitUsage;
   }
-  if (sub == "heal") {
-    if (argc != 2) return usage();
-    auto root = chaos::hostStateRoot();
-    if (!root.isOk()) {
-      std::fprintf(stderr, "chaosbed chaos heal: %s\n", root.status().toString().c_str());
-      return kExitInfrastructure;
-    }
-    const chaos::HealReport r = chaos::healDeadRuns(*root);
-    std::printf("chaos heal: %s: %d dead run(s) healed, %d fault record(s) replayed, %d cgroup group(s) removed\n",
-                root->c_str(), r.runs, r.records, r.cgroups);
-    for (const std::string& e : r.errors) std::fprintf(stderr, "chaosbed chaos heal: %s\n", e.c_str());
-    return r.errors.empty() ? kExitPass : kExitInfrastructure;
-  }
-  if (sub == "agent") {
-    if (FLAGS_state.empty()) {
-      std::fprintf(stderr, "chaosbed chaos agent: --state DIR is required\n");
-      return kExitUsage;
-    }
-    chaos::AgentOptions o;
-    o.control_fd = FLAGS_control_fd;
-    o.lease_timeout_s = FLAGS_agent_lease_timeout_s;
-    return chaos::runAgent(FLAGS_state, o);
-  }
-  std::fprintf(stderr, "chaosbed chaos: unknown subcommand '%s'\n", sub.c_str());
-  return usage();
+  chaos::AgentOptions o;
+  o.control_fd = FLAGS_control_fd;
+  o.lease_timeout_s = FLAGS_agent_lease_timeout_s;
+  return chaos::runAgent(FLAGS_state, o);
 }
 
 }  // namespace chaosbed::cli

@@ -1,8 +1,18 @@
 #pragma once
-// The subcommands of the `chaosbed` binary. Each takes the arguments left after gflags removed the flags
-// (argv[0] is the subcommand's name) and returns the process exit code (exit_codes.h).
+// The subcommands of the `chaosbed` binary. Each takes its positional arguments (argv[0] is the command's
+// last word; flags are already set) and returns the process exit code below. commands.cc holds the table
+// that names them, with the flags each accepts.
+
+#include <span>
+
+#include "experiments/cli/command_line.h"
 
 namespace chaosbed::cli {
+
+// Every command of the binary, in the order `chaosbed help` lists them.
+std::span<const Command> commands();
+// The binary's main: parses the command line against commands() and runs the command.
+int main(int argc, char** argv);
 
 // Exit codes shared by every subcommand.
 inline constexpr int kExitPass = 0;
@@ -36,14 +46,15 @@ int runWorker(int argc, char** argv);
 int runPs(int argc, char** argv);
 int runEvaluatorNode(int argc, char** argv);
 
-// `chaosbed chaos plan|bench|agent` (chaos_cmd.cc).
-int runChaos(int argc, char** argv);
+// `chaosbed chaos plan|bench|heal|agent` (chaos_cmd.cc).
+int runChaosPlan(int argc, char** argv);
+int runChaosBench(int argc, char** argv);
+int runChaosHeal(int argc, char** argv);
+int runChaosAgent(int argc, char** argv);
 
 // `chaosbed train` (train.cc): single-node training to a target accuracy; prints TTA and final accuracy.
 int runTrain(int argc, char** argv);
 
-// `chaosbed bench NAME` (bench.cc): dispatches to the micro-benchmarks below.
-int runBench(int argc, char** argv);
 // `chaosbed bench train` (bench_train.cc): MLP training-step throughput on one thread.
 int runBenchTrain(int argc, char** argv);
 // `chaosbed bench p2p` (bench_p2p.cc): UCX point-to-point bandwidth and latency between two processes.

@@ -11,8 +11,8 @@
 #include "core/node/node.h"
 #include "experiments/cli/cli.h"
 
-DEFINE_string(node_config, "", "node: the node config file the controller wrote (JSON)");
-DEFINE_int32(index, -1, "node: index within the role; -1 reads it from the environment (CHAOSBED_RANK, "
+DEFINE_string(node_config, "", "the node config file the controller wrote (JSON)");
+DEFINE_int32(index, -1, "index within the role; -1 reads it from the environment (CHAOSBED_RANK, "
                         "TF_CONFIG, SLURM_PROCID, OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX)");
 
 namespace chaosbed::cli {

@@ -11,7 +11,7 @@
 #include "experiments/sweep/noise.h"
 
 DECLARE_string(out);
-DEFINE_int32(runs, 5, "noise: runs without faults (seeds spec.seed, spec.seed + 1, ...)");
+DEFINE_int32(runs, 5, "runs without faults (seeds spec.seed, spec.seed + 1, ...)");
 
 namespace chaosbed::cli {
 

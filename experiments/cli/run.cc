@@ -14,14 +14,16 @@
 #include "experiments/run/experiment.h"
 #include "transports/bootstrap/net.h"
 
-DEFINE_string(out, "", "run: results directory (default: <output.dir>/<experiment>/<UTC time>-<id>)");
-DEFINE_string(metrics_addr, "", "run: host:port of the Prometheus endpoint (default: the spec's metrics.listen; "
+DEFINE_string(set, "", "override one spec field, PATH=VALUE (cluster.workers=2, training.learning_rate=0.05); "
+                       "repeatable, applied in order, checked as the spec is");
+DEFINE_string(out, "", "results directory (default: <output.dir>/<experiment>/<UTC time>-<id>)");
+DEFINE_string(metrics_addr, "", "host:port of the Prometheus endpoint (default: the spec's metrics.listen; "
                                 "port 0 picks a free port; 'off' disables it); loopback only unless "
                                 "--metrics_allow_remote");
-DEFINE_bool(metrics_await_scrape, false, "run: start each strategy only once a scrape has seen its series at zero, "
+DEFINE_bool(metrics_await_scrape, false, "start each strategy only once a scrape has seen its series at zero, "
                                          "and exit only once a scrape has taken the final values (each wait at most "
                                          "20 s); so does the spec's metrics.await_scrape");
-DEFINE_bool(metrics_allow_remote, false, "run: let the Prometheus endpoint bind beyond loopback (it has no "
+DEFINE_bool(metrics_allow_remote, false, "let the Prometheus endpoint bind beyond loopback (it has no "
                                          "authentication; a warning says so); so does the spec's metrics.allow_remote");
 
 namespace chaosbed::cli {
@@ -47,7 +49,7 @@ bool checkMetricsFlags(const char* command) {
 
 int runExperiment(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--metrics_addr HOST:PORT [--metrics_allow_remote]] [--metrics_await_scrape]\n");
+    std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--set PATH=VALUE]...; `chaosbed run --help` lists the flags\n");
     return kExitUsage;
   }
   if (!checkMetricsFlags("run")) return kExitUsage;
@@ -57,7 +59,7 @@ int runExperiment(int argc, char** argv) {
       return kExitUsage;
     }
   config::Diagnostics diagnostics;
-  auto spec = spec::readExperimentSpec(argv[1], {}, &diagnostics);
+  auto spec = spec::readExperimentSpec(argv[1], repeatedFlag("set"), &diagnostics);
   if (spec) spec::checkDataFiles(argv[1], *spec, &diagnostics);
   if (!spec || !diagnostics.empty()) {
     std::fputs(diagnostics.toString().c_str(), stderr);

@@ -16,7 +16,7 @@
 #include "experiments/run/results.h"
 #include "experiments/suite/suite.h"
 
-DEFINE_string(junit, "", "suite: write JUnit XML to this file");
+DEFINE_string(junit, "", "write JUnit XML to this file");
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);

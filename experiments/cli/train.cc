@@ -24,18 +24,18 @@
 #include "core/optim/sgd.h"
 #include "experiments/cli/cli.h"
 
-DEFINE_string(dataset, "fashion-mnist", "train: fashion-mnist, mnist (IDX files in --data_dir) or synthetic");
+DEFINE_string(dataset, "fashion-mnist", "fashion-mnist, mnist (IDX files in --data_dir) or synthetic");
 DEFINE_string(data_dir, chaosbed::data::kFashionMnistDir,
-              "train: directory of the IDX files (train-images-idx3-ubyte.gz, ...)");
-DEFINE_string(layers, "784,256,128,10", "train: MLP layer sizes, input first, classes last");
-DEFINE_int32(batch, 64, "train: samples per step");
-DEFINE_double(lr, 0.03, "train: SGD learning rate (with the default momentum 0.9: 0.85 test accuracy on Fashion-MNIST in about 1600 steps)");
-DEFINE_double(momentum, 0.9, "train: SGD momentum");
-DEFINE_double(weight_decay, 0.0, "train: SGD weight decay (L2)");
-DEFINE_double(target, 0.85, "train: target test accuracy for time-to-accuracy");
-DEFINE_double(time_limit_s, 120.0, "train: stop training after this many wall seconds");
-DEFINE_double(eval_interval_s, 0.5, "train: wall seconds between parameter snapshots");
-DEFINE_int64(max_steps, 0, "train: stop after this many steps (0: no step limit)");
+              "directory of the IDX files (train-images-idx3-ubyte.gz, ...)");
+DEFINE_string(layers, "784,256,128,10", "MLP layer sizes, input first, classes last");
+DEFINE_int32(batch, 64, "samples per step");
+DEFINE_double(lr, 0.03, "SGD learning rate (with the default momentum 0.9: 0.85 test accuracy on Fashion-MNIST in about 1600 steps)");
+DEFINE_double(momentum, 0.9, "SGD momentum");
+DEFINE_double(weight_decay, 0.0, "SGD weight decay (L2)");
+DEFINE_double(target, 0.85, "target test accuracy for time-to-accuracy");
+DEFINE_double(time_limit_s, 120.0, "stop training after this many wall seconds");
+DEFINE_double(eval_interval_s, 0.5, "wall seconds between parameter snapshots");
+DEFINE_int64(max_steps, 0, "stop after this many steps (0: no step limit)");
 DECLARE_bool(json);
 DECLARE_int64(seed);
 

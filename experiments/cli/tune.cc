@@ -13,9 +13,9 @@
 #include "experiments/tune/tune.h"
 
 DECLARE_string(out);
-DEFINE_string(tune_lr, "", "tune: learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
-DEFINE_string(tune_momentum, "", "tune: momenta to try, comma-separated (default: 0,0.5,0.9)");
-DEFINE_string(tune_seeds, "", "tune: seeds per recipe, comma-separated (default: the spec's seed)");
+DEFINE_string(tune_lr, "", "learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
+DEFINE_string(tune_momentum, "", "momenta to try, comma-separated (default: 0,0.5,0.9)");
+DEFINE_string(tune_seeds, "", "seeds per recipe, comma-separated (default: the spec's seed)");
 
 namespace chaosbed::cli {
 namespace {

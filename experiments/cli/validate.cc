@@ -41,7 +41,7 @@ int validate(int argc, char** argv) {
     bool ok = false;
     if (isSuite(argv[i])) {
       ok = suite::readSuite(argv[i], &diagnostics).has_value();
-    } else if (auto spec = spec::readExperimentSpec(argv[i], {}, &diagnostics)) {
+    } else if (auto spec = spec::readExperimentSpec(argv[i], repeatedFlag("set"), &diagnostics)) {
       spec::checkDataFiles(argv[i], *spec, &diagnostics);  // as `run` would find them
       ok = diagnostics.empty();
     }

@@ -1,0 +1,139 @@
+// The commands of `chaosbed`, with the flags each accepts: the one table that dispatch, help, the bash
+// completion and the man page are generated from. A new flag goes into the `flags` of every command that reads
+// it (CommandLine.EveryChaosbedFlagBelongsToACommand checks that none is forgotten).
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chaosbed/config.h"
+#include "experiments/cli/cli.h"
+
+namespace chaosbed::cli {
+namespace {
+
+int runHelp(int, char**) { return kExitPass; }  // never called: parseCommandLine turns `help` into kHelp
+int runGroup(int, char**) { return kExitUsage; }  // never called: a group without a sub-command prints its help
+int runCompletion(int argc, char** argv);
+int runMan(int argc, char** argv);
+
+const Command kCommands[] = {
+    {"help", "[COMMAND]", "show the commands, or one command's arguments and flags", "", runHelp},
+    {"run", "SPEC [--out DIR] [--set PATH=VALUE]...",
+     "run an experiment: every strategy of SPEC, one after the other, under the same drawn chaos",
+     "out,set,metrics_addr,metrics_allow_remote,metrics_await_scrape", runExperiment},
+    {"validate", "SPEC... [--set PATH=VALUE]...", "check experiment specs and suites; exit 3 with every problem",
+     "set", validate},
+    {"report", "RESULTS_DIR", "regenerate a results directory's report.html", "", runReport},
+    {"sweep", "SPEC [--out DIR]", "run a spec's sweep grid x seeds plus a no-chaos baseline (resumable)",
+     "out,wait_quiet_s,metrics_addr,metrics_allow_remote", runSweep},
+    {"tune", "SPEC [--out DIR]", "find each strategy's best no-fault training recipe over a small grid",
+     "out,tune_lr,tune_momentum,tune_seeds,wait_quiet_s,metrics_addr,metrics_allow_remote", runTune},
+    {"noise", "SPEC [--runs N] [--out DIR]", "the no-fault spread (CV) of each strategy's TTA over N seeds",
+     "out,runs,wait_quiet_s,metrics_addr,metrics_allow_remote", runNoise},
+    {"suite", "SUITE [--junit FILE] [--out DIR]", "run a resilience suite: scenarios with assertions, JUnit XML",
+     "junit,out,metrics_addr,metrics_allow_remote", runSuite},
+    {"chaos", "plan|bench|heal", "the chaos controller on its own", "", runGroup},
+    {"chaos plan", "SPEC [--seed N] [--json]", "print the fault schedule that SPEC draws; runs nothing", "seed,json",
+     runChaosPlan},
+    {"chaos bench", "[--bench_faults N] [--bench_gap_ms G] [--bench_json FILE]",
+     "fault fidelity on this host: injection delay, slow accuracy, pause", "bench_faults,bench_gap_ms,bench_json",
+     runChaosBench},
+    {"chaos heal", "", "thaw, unthrottle and remove what dead runs left on this host", "", runChaosHeal},
+    {"chaos agent", "--state DIR", "the healer that a chaos controller starts", "state,control_fd,agent_lease_timeout_s",
+     runChaosAgent, true},
+    {"train", "[--dataset D] [--target T] [--json]", "train the model on one node to a target accuracy",
+     "dataset,data_dir,layers,batch,lr,momentum,weight_decay,target,time_limit_s,eval_interval_s,max_steps,seed,json",
+     runTrain},
+    {"bench", "train|p2p|allreduce", "micro-benchmarks", "", runGroup},
+    {"bench train", "[--layers L] [--batch B] [--json]", "training step on one thread: samples/s and GFLOP/s",
+     "layers,batch,bench_train_s,json", runBenchTrain},
+    {"bench p2p", "[--json]", "UCX transport between two processes: bandwidth and latency per message size",
+     "bench_p2p_max_bytes,bench_cma,json", runBenchP2p},
+    {"bench allreduce", "[--ranks N] [--json]", "ring all-reduce over UCX, N ranks as processes: time, algbw, busbw",
+     "ranks,bench_allreduce_max_bytes,bench_allreduce_chunk_bytes,bench_cma,json", runBenchAllreduce},
+    {"completion", "bash", "print the bash completion script (source it, or put it in bash-completion's directory)",
+     "", runCompletion},
+    {"man", "", "print the manual page (roff): chaosbed man > chaosbed.1", "", runMan},
+    {"worker", "--node_config FILE", "one worker node", "node_config,index", runWorker, true},
+    {"ps", "--node_config FILE", "one parameter-server node", "node_config,index", runPs, true},
+    {"evaluator", "--node_config FILE", "the evaluator node", "node_config,index", runEvaluatorNode, true},
+};
+
+int runCompletion(int argc, char** argv) {
+  if (argc != 2 || std::strcmp(argv[1], "bash") != 0) {
+    std::fprintf(stderr, "usage: chaosbed completion bash\n");
+    return kExitUsage;
+  }
+  std::fputs(bashCompletion(kCommands).c_str(), stdout);
+  return kExitPass;
+}
+
+int runMan(int argc, char**) {
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: chaosbed man\n");
+    return kExitUsage;
+  }
+  std::fputs(manPage(kCommands).c_str(), stdout);
+  return kExitPass;
+}
+
+}  // namespace
+
+std::span<const Command> commands() { return kCommands; }
+
+int main(int argc, char** argv) {
+  gflags::SetVersionString(CHAOSBED_VERSION);
+  gflags::SetUsageMessage("chaosbed COMMAND [ARGS] [--flags]; `chaosbed help` lists the commands");
+  Result<CommandLine> line = parseCommandLine(kCommands, argc, argv);
+  if (!line.isOk()) {
+    std::fprintf(stderr, "%s\n", line.status().message().c_str());
+    return kExitUsage;
+  }
+  const Command* command = line->command;
+  switch (line->want) {
+    case CommandLine::Want::kHelp:
+      std::fputs((command ? commandHelp(kCommands, *command) : overviewHelp(kCommands)).c_str(), stdout);
+      return kExitPass;
+    case CommandLine::Want::kHelpFull:
+      gflags::ShowUsageWithFlags(argv[0]);
+      return kExitPass;
+    case CommandLine::Want::kVersion:
+      std::printf("chaosbed %s\n", CHAOSBED_VERSION);
+      return kExitPass;
+    case CommandLine::Want::kRun:
+      break;
+  }
+  if (command == nullptr) {
+    std::fputs(overviewHelp(kCommands).c_str(), stderr);
+    return kExitUsage;
+  }
+  if (command->run == runGroup) {
+    std::fprintf(stderr, "%s", commandHelp(kCommands, *command).c_str());
+    if (!line->args.empty())
+      std::fprintf(stderr, "chaosbed %s: unknown command '%s'\n", std::string(command->name).c_str(),
+                   line->args[0].c_str());
+    return kExitUsage;
+  }
+  if (Status s = applyFlags(*line); !s.isOk()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // The command sees its last word and its positional arguments, as if it were a program of its own.
+  const std::string_view name = command->name;
+  std::string word(name.substr(name.rfind(' ') == std::string_view::npos ? 0 : name.rfind(' ') + 1));
+  std::vector<std::string> words = {word};
+  words.insert(words.end(), line->args.begin(), line->args.end());
+  std::vector<char*> args;
+  for (std::string& w : words) args.push_back(w.data());
+  args.push_back(nullptr);
+  return command->run(int(words.size()), args.data());
+}
+
+}  // namespace chaosbed::cli

@@ -1,0 +1,229 @@
+// The CLI contract: help per command, exit 2 for a flag that is unknown or does not apply, --set, and the
+// bash completion, checked against the real command table (experiments/cli/commands.cc).
+
+#include <gflags/gflags.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "experiments/cli/cli.h"
+#include "tests/testing/command.h"
+
+namespace chaosbed::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<CommandLine> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "chaosbed");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return parseCommandLine(commands(), int(argv.size()), argv.data());
+}
+
+struct Ran {
+  int code = -1;
+  std::string output;
+};
+
+Ran runBinary(std::vector<std::string> args) {
+  args.insert(args.begin(), testing::chaosbedBinary());
+  testing::Command c(args);
+  auto code = c.wait(deadlineIn(30s));
+  return {code.value_or(-1), c.output()};
+}
+
+TEST(CommandLine, FlagsAnywhereInEveryFormGiveTheCommandAndItsArguments) {
+  auto line = parse({"--out", "dir", "run", "spec.yaml", "--metrics_allow_remote", "--set=cluster.workers=2",
+                     "--nometrics_await_scrape", "--", "--odd-name.yaml"});
+  ASSERT_TRUE(line.isOk()) << line.status().toString();
+  ASSERT_NE(line->command, nullptr);
+  EXPECT_EQ(line->command->name, "run");
+  EXPECT_EQ(line->args, (std::vector<std::string>{"spec.yaml", "--odd-name.yaml"}));
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"out", "dir"}, {"metrics_allow_remote", "true"}, {"set", "cluster.workers=2"}, {"metrics_await_scrape", "false"}};
+  EXPECT_EQ(line->flags, expected);
+}
+
+TEST(CommandLine, TwoWordCommandsAreFoundByTheirWords) {
+  auto line = parse({"bench", "allreduce", "--ranks=8"});
+  ASSERT_TRUE(line.isOk()) << line.status().toString();
+  EXPECT_EQ(line->command->name, "bench allreduce");
+  EXPECT_TRUE(line->args.empty());
+  auto group = parse({"chaos"});
+  ASSERT_TRUE(group.isOk());
+  EXPECT_EQ(group->command->name, "chaos");
+}
+
+TEST(CommandLine, AMisspelledFlagIsAUsageErrorThatSuggestsTheFlag) {
+  auto line = parse({"suite", "nightly.yaml", "--junt", "x.xml"});
+  ASSERT_FALSE(line.isOk());
+  EXPECT_NE(line.status().message().find("unknown flag --junt"), std::string::npos) << line.status().message();
+  EXPECT_NE(line.status().message().find("did you mean --junit?"), std::string::npos) << line.status().message();
+}
+
+TEST(CommandLine, AFlagOfAnotherCommandDoesNotApply) {
+  auto line = parse({"run", "spec.yaml", "--seed", "3"});
+  ASSERT_FALSE(line.isOk());
+  EXPECT_NE(line.status().message().find("--seed does not apply"), std::string::npos) << line.status().message();
+  EXPECT_NE(line.status().message().find("chaos plan"), std::string::npos) << line.status().message();
+}
+
+TEST(CommandLine, LoggingFlagsAreAcceptedByEveryCommand) {
+  for (const char* command : {"run", "validate", "bench train", "chaos plan"}) {
+    std::vector<std::string> args;
+    std::string words = command;
+    for (size_t at = 0, sp; at < words.size(); at = sp + 1) {
+      sp = words.find(' ', at);
+      if (sp == std::string::npos) sp = words.size();
+      args.push_back(words.substr(at, sp - at));
+    }
+    args.push_back("--v=1");
+    args.push_back("--logtostderr");
+    auto line = parse(args);
+    EXPECT_TRUE(line.isOk()) << command << ": " << line.status().message();
+  }
+}
+
+TEST(CommandLine, HelpFormsAllAskForTheCommandsHelp) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"help", "sweep"}, {"sweep", "--help"}, {"sweep", "-h"},
+                                        {"sweep", "--helpshort"}}) {
+    auto line = parse(args);
+    ASSERT_TRUE(line.isOk()) << line.status().message();
+    EXPECT_EQ(line->want, CommandLine::Want::kHelp);
+    ASSERT_NE(line->command, nullptr);
+    EXPECT_EQ(line->command->name, "sweep");
+  }
+  EXPECT_FALSE(parse({"help", "bench", "trian"}).isOk());
+  EXPECT_FALSE(parse({"help", "nosuchcommand"}).isOk());
+}
+
+TEST(CommandLine, AValueThatDoesNotParseIsRefusedBeforeAnythingRuns) {
+  auto line = parse({"noise", "spec.yaml", "--runs=abc"});
+  ASSERT_TRUE(line.isOk()) << line.status().message();
+  Status s = applyFlags(*line);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("--runs=abc"), std::string::npos) << s.message();
+  EXPECT_FALSE(parse({"run", "spec.yaml", "--out"}).isOk()) << "a flag without its value";
+}
+
+TEST(CommandLine, SetIsRepeatableAndKeepsItsOrder) {
+  auto line = parse({"validate", "a.yaml", "--set", "cluster.workers=2", "--set=training.learning_rate=0.5"});
+  ASSERT_TRUE(line.isOk()) << line.status().message();
+  ASSERT_TRUE(applyFlags(*line).isOk());
+  EXPECT_EQ(repeatedFlag("set"), (std::vector<std::string>{"cluster.workers=2", "training.learning_rate=0.5"}));
+}
+
+// A flag defined next to a command's code but missing from every command's list would be accepted by every
+// command: the table would have forgotten it.
+TEST(CommandLine, EveryChaosbedFlagBelongsToACommand) {
+  std::vector<std::string> listed;
+  for (const Command& c : commands())
+    for (std::string& f : commandFlags(c)) listed.push_back(std::move(f));
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  int ours = 0;
+  for (const auto& info : all) {
+    if (info.filename.find("experiments/cli/") == std::string::npos) continue;
+    ++ours;
+    EXPECT_NE(std::find(listed.begin(), listed.end(), info.name), listed.end())
+        << "--" << info.name << " (" << info.filename << ") is in no command's flag list";
+  }
+  EXPECT_GT(ours, 10) << "the chaosbed flags were not found in the registry";
+  for (const std::string& f : listed) {
+    gflags::CommandLineFlagInfo info;
+    EXPECT_TRUE(gflags::GetCommandLineFlagInfo(f.c_str(), &info)) << "--" << f << " is listed but not defined";
+  }
+}
+
+TEST(CommandLine, HelpExitsZeroAndShowsOnlyTheCommandsOwnFlags) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--help"}, {"run", "--help"}, {"help", "sweep"},
+                                        {"run", "-h"}}) {
+    Ran r = runBinary(args);
+    EXPECT_EQ(r.code, 0) << args[0] << ": " << r.output;
+    EXPECT_EQ(r.output.find("logtostderr"), std::string::npos) << "glog's flags belong under --helpfull";
+    EXPECT_NE(r.output.find("usage: chaosbed"), std::string::npos) << r.output;
+  }
+  Ran run_help = runBinary({"run", "--help"});
+  EXPECT_NE(run_help.output.find("--set"), std::string::npos) << run_help.output;
+  EXPECT_EQ(run_help.output.find("--junit"), std::string::npos) << "a suite flag in run's help";
+  Ran full = runBinary({"--helpfull"});
+  EXPECT_EQ(full.code, 0);
+  EXPECT_NE(full.output.find("logtostderr"), std::string::npos);
+}
+
+TEST(CommandLine, UsageErrorsExitTwo) {
+  EXPECT_EQ(runBinary({"run", "--bogus", "x.yaml"}).code, 2);
+  EXPECT_EQ(runBinary({"suite", "x.yaml", "--junt", "x.xml"}).code, 2);
+  EXPECT_EQ(runBinary({"run", "x.yaml", "--seed=3"}).code, 2);
+  EXPECT_EQ(runBinary({"nosuchcommand"}).code, 2);
+  EXPECT_EQ(runBinary({"bench"}).code, 2);
+}
+
+TEST(CommandLine, SetIsCheckedAsTheSpecIs) {
+  const std::string spec = std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml";
+  Ran ok = runBinary({"validate", spec, "--set", "cluster.workers=3"});
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  Ran bad = runBinary({"validate", spec, "--set", "cluster.workers=0"});
+  EXPECT_EQ(bad.code, 3) << bad.output;
+  EXPECT_NE(bad.output.find("cluster.workers"), std::string::npos) << bad.output;
+  Ran unknown = runBinary({"validate", spec, "--set", "cluster.wrokers=3"});
+  EXPECT_EQ(unknown.code, 3) << unknown.output;
+}
+
+// The generated script is valid bash and completes commands, sub-commands and a command's flags.
+TEST(CommandLine, BashCompletionCompletesCommandsAndFlags) {
+  const std::string dir = testing::makeTempDir("completion");
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir + "/chaosbed.bash") << bashCompletion(commands());
+  auto complete = [&](const std::string& words) {
+    const std::string script = dir + "/t.sh";
+    std::ofstream(script) << "source " << dir << "/chaosbed.bash\n"
+                          << "COMP_WORDS=(" << words << "); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+                          << "_chaosbed; echo \"${COMPREPLY[*]}\"\n";
+    testing::Command c({"/bin/bash", script});
+    c.wait(deadlineIn(10s));
+    return c.output();
+  };
+  EXPECT_NE(complete("chaosbed ru").find("run"), std::string::npos);
+  const std::string bench = complete("chaosbed bench al");
+  EXPECT_NE(bench.find("allreduce"), std::string::npos) << bench;
+  const std::string flags = complete("chaosbed suite x.yaml --ju");
+  EXPECT_NE(flags.find("--junit"), std::string::npos) << flags;
+  const std::string run_flags = complete("chaosbed run x.yaml --");
+  EXPECT_NE(run_flags.find("--set"), std::string::npos) << run_flags;
+  EXPECT_EQ(run_flags.find("--junit"), std::string::npos) << run_flags;
+}
+
+// The man page is well-formed roff: groff renders it without a warning.
+TEST(CommandLine, ManPageRendersWithoutWarnings) {
+  if (access("/usr/bin/groff", X_OK) != 0) GTEST_SKIP() << "groff is not installed (apt-get install groff-base)";
+  const std::string dir = testing::makeTempDir("man");
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir + "/chaosbed.1") << manPage(commands());
+  testing::Command groff({"/usr/bin/groff", "-man", "-Tutf8", "-ww", "-z", dir + "/chaosbed.1"});
+  auto code = groff.wait(deadlineIn(10s));
+  EXPECT_EQ(code.value_or(-1), 0) << groff.output();
+  EXPECT_EQ(groff.output(), "") << "groff warned";
+  const std::string page = manPage(commands());
+  for (const Command& c : commands())
+    if (!c.hidden) {
+      EXPECT_NE(page.find(std::string(c.name)), std::string::npos) << c.name;
+    }
+}
+
+TEST(CommandLine, EditDistanceCountsSingleEdits) {
+  EXPECT_EQ(editDistance("junit", "junit"), 0);
+  EXPECT_EQ(editDistance("junt", "junit"), 1);
+  EXPECT_EQ(editDistance("seed", "sede"), 2);
+  EXPECT_EQ(editDistance("", "out"), 3);
+}
+
+}  // namespace
+}  // namespace chaosbed::cli
