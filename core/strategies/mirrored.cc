@@ -187,7 +187,11 @@ void MirroredWorker::maybeSnapshot(bool force) {
   const int evaluator = ctx_.evaluatorRank();
   if (evaluator >= ctx_.transport.size() || evaluator == me_) return;
   const auto now = SteadyClock::now();
-  if (!force && now < next_snapshot_) return;
+  // By steps: the first step boundary at or after each multiple of N gradients (global samples / batch), so
+  // that a snapshot that waited for a busy evaluator goes at the next step rather than being skipped.
+  const int64_t every = cfg_.eval_interval_steps * static_cast<int64_t>(bpw_);
+  const int64_t tick = every > 0 ? progress_.samples / every : 0;
+  if (!force && (every > 0 ? tick <= last_snapshot_tick_ : now < next_snapshot_)) return;
   if (progress_.step == last_snapshot_step_) return;
   if (snapshot_request_ && !snapshot_request_->isComplete()) return;  // never wait for the evaluator
   const auto params = model_->parameters();
@@ -197,6 +201,7 @@ void MirroredWorker::maybeSnapshot(bool force) {
   std::memcpy(snapshot_buffer_.data() + sizeof(h), params.data(), params.size_bytes());
   snapshot_request_ = ctx_.transport.isend(evaluator, kSnapshotTag, snapshot_buffer_);
   last_snapshot_step_ = progress_.step;
+  last_snapshot_tick_ = tick;
   next_snapshot_ = now + std::chrono::duration_cast<SteadyClock::duration>(
                              std::chrono::duration<double>(cfg_.eval_interval_s));
 }

@@ -21,8 +21,8 @@
 //   the forwarded one, so it catches up; the coordinator keeps at most 64 MiB of forwarded gradients in
 //   flight to one member before it waits for it. The coordinator itself is never left out.
 //
-// Side duties of the lowest member: a parameter snapshot to ctx.evaluatorRank() every eval_interval_s
-// (core/strategies/tags.h; skipped while the previous one is in flight, never blocks training); a checkpoint
+// Side duties of the lowest member: a parameter snapshot to ctx.evaluatorRank() at the step boundary after
+// every eval_interval_s, or after every eval_interval_steps gradients (core/strategies/tags.h; skipped while the previous one is in flight, never blocks training); a checkpoint
 // (params, momentum, step, epoch, data position, samples) to ctx.checkpoint_dir every checkpoint_interval_s.
 //
 // Failures: a collective that fails with PeerLost/Aborted/Timeout (after collective_timeout_s) starts a

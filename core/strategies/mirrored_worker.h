@@ -192,6 +192,7 @@ class MirroredWorker {
   std::vector<std::byte> snapshot_buffer_;
   SteadyClock::time_point next_snapshot_{};
   int64_t last_snapshot_step_ = -1;
+  int64_t last_snapshot_tick_ = -1;  // eval_interval_steps: the last multiple of N gradients snapshotted
   SteadyClock::time_point next_checkpoint_{};
   std::optional<CheckpointDir> checkpoint_dir_;
 

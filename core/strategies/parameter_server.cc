@@ -166,6 +166,7 @@ class PsServer {
   RequestPtr request_;
   int64_t version_ = 0;
   int64_t checkpoint_version_ = 0;
+  int64_t gradients_applied_ = 0;  // workers' gradients in version_ (a synchronous round holds several)
   std::vector<float> round_sum_;  // synchronous mode: gradients of the current round
   int round_contributions_ = 0;
   int64_t round_samples_ = 0;
@@ -212,6 +213,8 @@ Status PsServer::restore() {
     params_ = st.params;
     std::copy(st.optimizer[0].begin(), st.optimizer[0].end(), sgd_.velocity().begin());
     version_ = checkpoint_version_ = int64_t(st.step);
+    // A synchronous round held one gradient per worker (fewer if one was down: this counts it full).
+    gradients_applied_ = version_ * (ctx_.strategy.max_staleness == 0 ? ctx_.workers : 1);
     for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
     (void)ctx_.control.event("restored", {{"shard", shard_}, {"version", version_}, {"path", loaded->path}});
   }
@@ -269,6 +272,7 @@ void PsServer::applyRound() {
   (void)sgd_.apply(params_, round_sum_, 1.0f / float(round_contributions_));
   std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
   ctx_.accounting.step(round_samples_, 0);
+  gradients_applied_ += round_contributions_;
   round_contributions_ = 0;
   round_samples_ = 0;
   ++version_;
@@ -369,6 +373,7 @@ void PsServer::onRequest(int worker, std::span<const std::byte> msg) {
       // synchronous step over W x b samples, so both strategies train with the same learning rate per sample.
       (void)sgd_.apply(params_, grad, 1.0f / float(ctx_.workers));
       ++version_;
+      ++gradients_applied_;
       ctx_.accounting.step(h.samples, 0);
     }
     ++clocks_[size_t(worker)];
@@ -408,7 +413,9 @@ void PsServer::retryUnreached() {
 }
 
 void PsServer::maybeSnapshot() {
-  const int64_t tick = int64_t(ctx_.control.elapsed() / ctx_.config.eval_interval_s);
+  // Every shard sees every worker's gradient, so its count of them ticks in step with the other shards'.
+  const int64_t every = ctx_.config.eval_interval_steps;
+  const int64_t tick = every > 0 ? gradients_applied_ / every : int64_t(ctx_.control.elapsed() / ctx_.config.eval_interval_s);
   if (tick <= last_tick_) return;
   if (snapshot_req_ && !snapshot_req_->isComplete()) {
     // A snapshot the evaluator has not taken for seconds is stuck (sent while a replaced evaluator still held

@@ -48,6 +48,7 @@ nlohmann::json TrainingConfig::toJson() const {
           {"target_accuracy", target_accuracy},
           {"time_limit_s", time_limit_s},
           {"eval_interval_s", eval_interval_s},
+          {"eval_interval_steps", eval_interval_steps},
           {"checkpoint_interval_s", checkpoint_interval_s},
           {"collective_timeout_s", collective_timeout_s},
           {"max_steps", max_steps}};
@@ -67,6 +68,7 @@ TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
   c.target_accuracy = j.value("target_accuracy", c.target_accuracy);
   c.time_limit_s = j.value("time_limit_s", c.time_limit_s);
   c.eval_interval_s = j.value("eval_interval_s", c.eval_interval_s);
+  c.eval_interval_steps = j.value("eval_interval_steps", c.eval_interval_steps);
   c.checkpoint_interval_s = j.value("checkpoint_interval_s", c.checkpoint_interval_s);
   c.collective_timeout_s = j.value("collective_timeout_s", c.collective_timeout_s);
   c.max_steps = j.value("max_steps", c.max_steps);

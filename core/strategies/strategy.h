@@ -65,6 +65,7 @@ struct TrainingConfig {
   double target_accuracy = 0.85;
   double time_limit_s = 300;
   double eval_interval_s = 1.0;
+  int64_t eval_interval_steps = 0;         // > 0: snapshot every N mini-batch gradients instead of by time
   double checkpoint_interval_s = 5.0;
   double collective_timeout_s = 60;        // a peer silent this long (paused) is treated as lost
   int64_t max_steps = 0;                   // 0 = no limit (tests use it)

@@ -16,6 +16,7 @@ TrainingConfig trainingConfig(const spec::ExperimentSpec& s, const spec::Strateg
   c.target_accuracy = s.training.target_accuracy;
   c.time_limit_s = s.training.time_limit_s;
   c.eval_interval_s = s.training.eval_interval_s;
+  c.eval_interval_steps = s.training.eval_interval_steps;
   c.checkpoint_interval_s = s.training.checkpoint_interval_s;
   c.max_steps = s.training.max_steps.value_or(0);
   c.collective_timeout_s = s.training.collective_timeout_s;

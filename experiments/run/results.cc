@@ -184,6 +184,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"reached_target", tta_seconds.has_value()},
                       {"tta_sustained_seconds", tta_sustained_seconds ? nlohmann::json(*tta_sustained_seconds) : nlohmann::json(nullptr)},
                       {"tta_resolution_s", tta_resolution_s},
+                      {"tta_resolution_steps", tta_resolution_steps ? nlohmann::json(*tta_resolution_steps) : nlohmann::json(nullptr)},
                       {"final_accuracy", final_accuracy},
                       {"final_loss", final_loss},
                       {"steps", workers.steps},

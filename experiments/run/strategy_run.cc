@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -224,6 +225,7 @@ Result<StrategyResult> Supervisor::run() {
   result_.kind = spec::name(strategy_.kind);
   result_.recipe = strategy_.recipe;
   result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
+  if (spec_.training.eval_interval_steps > 0) result_.tta_resolution_steps = spec_.training.eval_interval_steps;
   CHAOSBED_RETURN_IF_ERROR(prepare());
   CHAOSBED_RETURN_IF_ERROR(launchAll());
   CHAOSBED_RETURN_IF_ERROR(waitReady(names_, deadlineIn(120s)));
@@ -364,6 +366,7 @@ Result<StrategyResult> Supervisor::run() {
       (void)ctx_.events->append(ev);
     }
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
+  if (result_.tta_resolution_steps) result_.tta_resolution_s = medianEvalGap(result_.timeline);
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
   {
     MutexLock lock(mu_);
@@ -375,6 +378,21 @@ Result<StrategyResult> Supervisor::run() {
 }
 
 }  // namespace chaosbed::run::detail
+
+namespace chaosbed::run {
+
+double medianEvalGap(const std::vector<EvalPoint>& timeline) {
+  std::vector<double> times;
+  for (const EvalPoint& p : timeline) times.push_back(p.time_s);
+  std::sort(times.begin(), times.end());
+  std::vector<double> gaps;
+  for (size_t i = 1; i < times.size(); ++i) gaps.push_back(times[i] - times[i - 1]);
+  if (gaps.empty()) return 0;
+  std::nth_element(gaps.begin(), gaps.begin() + std::ptrdiff_t(gaps.size() / 2), gaps.end());
+  return gaps[gaps.size() / 2];
+}
+
+}  // namespace chaosbed::run
 
 namespace chaosbed::run {
 

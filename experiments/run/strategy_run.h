@@ -50,7 +50,9 @@ struct StrategyResult {
   spec::Recipe recipe;  // the training recipe it ran with
   std::optional<double> tta_seconds;            // the first evaluation at or above the target
   std::optional<double> tta_sustained_seconds;  // the first of sustained_evals consecutive ones
-  double tta_resolution_s = 0;                  // how late a TTA can be: the snapshot interval
+  double tta_resolution_s = 0;                  // how late a TTA can be: the snapshot interval (by steps: the
+                                                // median time between evaluated snapshots)
+  std::optional<int64_t> tta_resolution_steps;  // eval_interval_steps, when snapshots go by steps
   double final_accuracy = 0;
   double final_loss = 0;
   double wall_seconds = 0;   // start of training to stop
@@ -119,6 +121,10 @@ struct RunContext {
 };
 
 Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy);
+
+// The median time between consecutive evaluated snapshots (0 with fewer than two): a TTA's resolution when
+// snapshots go by steps.
+double medianEvalGap(const std::vector<EvalPoint>& timeline);
 
 // Waits for a scrape that begins after the call (at most kAwaitScrapeLimit); warns once, naming `what`, when
 // none comes. Returns whether one did.

@@ -164,8 +164,8 @@ void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
 void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   ConfigNode n = root.child("training");
   n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
-               "time_limit_s", "eval_interval_s", "checkpoint_interval_s", "max_steps", "collective_timeout_s",
-               "sustained_evals"});
+               "time_limit_s", "eval_interval_s", "eval_interval_steps", "checkpoint_interval_s", "max_steps",
+               "collective_timeout_s", "sustained_evals"});
   t->batch_per_worker = n.optional<int>("batch_per_worker", t->batch_per_worker, Range::closed(1, 1 << 16));
   t->learning_rate = n.optional<double>("learning_rate", t->learning_rate, Range::positive());
   t->momentum = n.optional<double>("momentum", t->momentum, Range{0, 1, false, true});
@@ -174,6 +174,9 @@ void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   t->target_accuracy = n.optional<double>("target_accuracy", t->target_accuracy, Range{0, 1, true, false});
   t->time_limit_s = n.optional<double>("time_limit_s", t->time_limit_s, Range::positive());
   t->eval_interval_s = n.optional<double>("eval_interval_s", t->eval_interval_s, Range::positive());
+  t->eval_interval_steps = n.optional<int64_t>("eval_interval_steps", 0, Range::closed(1, int64_t(1) << 40));
+  if (t->eval_interval_steps > 0 && n.child("eval_interval_s").present())
+    n.errorAt("eval_interval_steps", "set eval_interval_s or eval_interval_steps, not both");
   t->sustained_evals = n.optional<int>("sustained_evals", t->sustained_evals, Range::closed(1, 100));
   t->checkpoint_interval_s = n.optional<double>("checkpoint_interval_s", t->checkpoint_interval_s, Range::positive());
   t->max_steps = n.nullable<int64_t>("max_steps", std::nullopt, Range::atLeast(1));
@@ -189,13 +192,13 @@ Recipe parseRecipe(const ConfigNode& item, const TrainingSpec& t) {
   ConfigNode n = item.child("training");
   if (!n.present() || n.isNull() || !n.expectMap()) return r;
   static const char* const kShared[] = {"seed", "target_accuracy", "time_limit_s", "eval_interval_s",
-                                        "sustained_evals", "checkpoint_interval_s", "max_steps",
+                                        "eval_interval_steps", "sustained_evals", "checkpoint_interval_s", "max_steps",
                                         "collective_timeout_s"};
   for (const char* key : kShared)
     n.rejectKey(key, "is shared by every strategy, so that their results compare; set it in the top-level training");
   n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
-               "time_limit_s", "eval_interval_s", "sustained_evals", "checkpoint_interval_s", "max_steps",
-               "collective_timeout_s"});
+               "time_limit_s", "eval_interval_s", "eval_interval_steps", "sustained_evals", "checkpoint_interval_s",
+               "max_steps", "collective_timeout_s"});
   r.batch_per_worker = n.optional<int>("batch_per_worker", r.batch_per_worker, Range::closed(1, 1 << 16));
   r.learning_rate = n.optional<double>("learning_rate", r.learning_rate, Range::positive());
   r.momentum = n.optional<double>("momentum", r.momentum, Range{0, 1, false, true});
@@ -586,7 +589,9 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitInt(e, "seed", t.seed);
   emitDouble(e, "target_accuracy", t.target_accuracy);
   emitDouble(e, "time_limit_s", t.time_limit_s);
-  emitDouble(e, "eval_interval_s", t.eval_interval_s);
+  // One of the two: the parser refuses both.
+  if (t.eval_interval_steps > 0) emitInt(e, "eval_interval_steps", t.eval_interval_steps);
+  else emitDouble(e, "eval_interval_s", t.eval_interval_s);
   emitInt(e, "sustained_evals", t.sustained_evals);
   emitDouble(e, "checkpoint_interval_s", t.checkpoint_interval_s);
   emitDouble(e, "collective_timeout_s", t.collective_timeout_s);

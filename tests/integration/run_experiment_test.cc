@@ -122,7 +122,9 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
     while (at < evals.size() && evals[at].first != sustained) ++at;
     ASSERT_LE(at + 3, evals.size()) << "no 3 evaluations from " << sustained;
     for (size_t i = at; i < at + 3; ++i) EXPECT_GE(evals[i].second, 0.8) << "evaluation at " << evals[i].first;
-    if (at > 0) EXPECT_LT(evals[at - 1].second, 0.8) << "the streak began earlier";
+    if (at > 0) {
+      EXPECT_LT(evals[at - 1].second, 0.8) << "the streak began earlier";
+    }
     auto crossing = std::find_if(evals.begin(), evals.end(), [](const auto& e) { return e.second >= 0.8; });
     ASSERT_NE(crossing, evals.end());
     EXPECT_EQ(crossing->first, first);
@@ -142,6 +144,70 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   for (const auto& e : fs::recursive_directory_iterator(out))
     if (e.is_regular_file()) after[e.path().string()] = readFile(e.path().string());
   EXPECT_TRUE(before == after) << "the refused run changed the first run's files";
+}
+
+// `run --set` changes the spec before it is checked and run: the results say what ran.
+TEST(RunExperiment, SetOverridesSpecFields) {
+  const std::string out = testing::makeTempDir("run-set");
+  ASSERT_FALSE(out.empty());
+  testing::Command run({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"), "--out=" + out,
+                        "--metrics_addr=127.0.0.1:0", "--set", "cluster.workers=3", "--set",
+                        "strategies=[{name: mirrored}]"});
+  auto code = run.wait(deadlineIn(180s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
+  EXPECT_EQ(summary["strategies"].size(), 1u) << summary["strategies"].dump(2);
+  EXPECT_TRUE(summary["strategies"].contains("mirrored"));
+  // Three workers, each alive for the strategy's whole run: three times its wall time in worker-seconds.
+  const auto& m = summary["strategies"]["mirrored"];
+  const double wall = m["wall_seconds"].get<double>();
+  EXPECT_NEAR(m["node_seconds"]["workers"]["wall"].get<double>(), 3 * wall, 0.5 * wall) << m.dump(2);
+  EXPECT_NE(readFile(out + "/spec.yaml").find("workers: 3"), std::string::npos);
+}
+
+// training.eval_interval_steps: both strategies are evaluated after equal amounts of training, every N
+// mini-batch gradients (a synchronous step of 2 workers is 2 of them; a parameter-server push is 1).
+TEST(RunExperiment, EvaluationsByStepsComeEveryNGradients) {
+  constexpr int64_t kEvery = 1000;
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-eval-steps", R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: eval-steps}
+seed: 7
+cluster: {workers: 2, servers: 1, cpu_per_node: 0}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.8, time_limit_s: 15,
+           eval_interval_steps: 1000}
+strategies:
+  - {name: mirrored}
+  - {name: parameter_server}
+metrics: {listen: 127.0.0.1:0}
+)",
+                                  &r));
+  for (const auto& [label, gradients_per_step] : {std::pair<std::string, int64_t>{"mirrored", 2}, {"parameter_server", 1}}) {
+    SCOPED_TRACE(label);
+    const auto& s = r.summary["strategies"][label];
+    EXPECT_EQ(s["tta_resolution_steps"], kEvery) << s.dump(2);
+    EXPECT_GT(s["tta_resolution_s"].get<double>(), 0);
+    std::vector<std::pair<double, int64_t>> evals;  // (snapshot_t, gradients)
+    for (const auto& e : r.events[label])
+      if (e.value("type", "") == "eval")
+        evals.emplace_back(e["snapshot_t"].get<double>(), e["step"].get<int64_t>() * gradients_per_step);
+    std::sort(evals.begin(), evals.end());
+    ASSERT_GE(evals.size(), 4u) << "too few evaluations to see their spacing";
+    // Each snapshot is the first step boundary at or after a new multiple of N that the evaluator was free
+    // (a busy evaluator defers it; training never waits for one): one per multiple, and typically N apart.
+    std::vector<int64_t> gaps;
+    for (size_t i = 1; i + 1 < evals.size(); ++i) {
+      EXPECT_GT(evals[i].second / kEvery, evals[i - 1].second / kEvery)
+          << "two snapshots between multiples of N: " << evals[i - 1].second << ", " << evals[i].second;
+      gaps.push_back(evals[i].second - evals[i - 1].second);
+    }
+    std::sort(gaps.begin(), gaps.end());
+    EXPECT_LE(gaps[gaps.size() / 2], kEvery * 3 / 2) << "snapshots went by time, not by steps";
+  }
 }
 
 // A pause of known length: the paused worker books it once, as paused; its peer books it as peer idle; and
@@ -188,7 +254,9 @@ chaos:
     EXPECT_NEAR(e["start_s"].get<double>(), 2.0, 0.2) << e.dump();
     ASSERT_FALSE(e["pre_fault_steps_per_s"].is_null()) << e.dump();
     if (std::string(label) == "mirrored") {
-      if (!e["seconds"].is_null()) EXPECT_GE(e["seconds"].get<double>(), 2.0 - 0.5) << e.dump();
+      if (!e["seconds"].is_null()) {
+        EXPECT_GE(e["seconds"].get<double>(), 2.0 - 0.5) << e.dump();
+      }
     } else {
       ASSERT_FALSE(e["seconds"].is_null()) << e.dump();
       EXPECT_LE(e["seconds"].get<double>(), 2.0 + 1.5) << e.dump();

@@ -115,6 +115,12 @@ const BadSpec kBadSpecs[] = {
           "       params: {error: abort_collective}}\n"),
      {"t.yaml:11:17: chaos.faults[0].params.error: abort_collective fails a collective step, and no strategy of "
       "this spec has collectives (only mirrored does)"}},
+    {"evaluation by seconds and by steps at once",
+     spec(kCluster, kData, kStrategies, "training: {eval_interval_s: 1, eval_interval_steps: 100}\n"),
+     {"t.yaml:9:32: training.eval_interval_steps: set eval_interval_s or eval_interval_steps, not both"}},
+    {"evaluation every zero steps",
+     spec(kCluster, kData, kStrategies, "training: {eval_interval_steps: 0}\n"),
+     {"t.yaml:9:33: training.eval_interval_steps: must be in [1, 1099511627776], got 0"}},
     {"wrong apiVersion and kind",
      "apiVersion: chaosbed/v1\nkind: Suite\nmetadata: {name: t}\n" + std::string(kCluster) + kData + kStrategies,
      {"t.yaml:1:13: apiVersion: unsupported version 'chaosbed/v1'; this chaosbed reads chaosbed/v1alpha1",
