@@ -29,22 +29,23 @@ bool isRealDirectory(const std::string& path) {
 
 }  // namespace
 
-Status prepareRoot(const std::string& root) {
-  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
-    return Status::ioError("host state directory " + root + ": cannot create: " + std::strerror(errno));
+Status prepareOwnDirectory(const std::string& dir, mode_t mode, const std::string& what) {
+  const std::string name = what + " " + dir;
+  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
+    return Status::ioError(name + ": cannot create: " + std::strerror(errno));
   struct stat st {};
-  if (::lstat(root.c_str(), &st) != 0)
-    return Status::ioError("host state directory " + root + ": " + std::strerror(errno));
-  if (S_ISLNK(st.st_mode))
-    return Status::invalidArgument("host state directory " + root + " is a symbolic link: refusing to follow it");
-  if (!S_ISDIR(st.st_mode)) return Status::invalidArgument("host state directory " + root + " is not a directory");
+  if (::lstat(dir.c_str(), &st) != 0) return Status::ioError(name + ": " + std::strerror(errno));
+  if (S_ISLNK(st.st_mode)) return Status::invalidArgument(name + " is a symbolic link: refusing to follow it");
+  if (!S_ISDIR(st.st_mode)) return Status::invalidArgument(name + " is not a directory");
   if (st.st_uid != ::geteuid())
-    return Status::invalidArgument("host state directory " + root + " belongs to uid " + std::to_string(st.st_uid) +
-                                   ", not to this user (" + std::to_string(::geteuid()) + "): refusing to use it");
+    return Status::invalidArgument(name + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (" +
+                                   std::to_string(::geteuid()) + "): refusing to use it");
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-    return Status::invalidArgument("host state directory " + root + " is writable by group or others: refusing to use it");
+    return Status::invalidArgument(name + " is writable by group or others: refusing to use it");
   return Status::ok();
 }
+
+Status prepareRoot(const std::string& root) { return prepareOwnDirectory(root, 0700, "host state directory"); }
 
 Result<std::string> hostStateRoot() {
   std::string root;

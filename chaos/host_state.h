@@ -28,6 +28,9 @@ namespace chaosbed::chaos {
 Result<std::string> hostStateRoot();
 // Checks (and creates) `root` as above; for tests that use a root of their own.
 Status prepareRoot(const std::string& root);
+// The same for any directory chaosbed keeps: created with `mode` when missing, then it must be a real
+// directory (not a symlink) of this user, without group or other write. `what` names it in errors.
+Status prepareOwnDirectory(const std::string& dir, mode_t mode, const std::string& what);
 
 // "<pid>.<start time>" of a process, or nullopt when it does not exist.
 std::optional<std::string> ownerName(pid_t pid);

@@ -135,6 +135,13 @@ class Snapshot final : public prometheus::Collectable {
     auto& node_rec = b.family("chaosbed_node_recovery_duration_seconds",
                               "Time a node spent in one recovery (detection, rendezvous, restore).", H);
 
+    for (const auto& [name, labels] : infos_) {
+      auto& f = b.family("chaosbed_" + name + "_info", "chaosbed " + name + " identity: always 1, the labels carry it.", G);
+      std::vector<ClientMetric::Label> l;
+      for (const auto& [k, v] : labels) l.push_back({k, v});
+      f.metric.push_back(sample(std::move(l), G, 1));
+    }
+
     for (const auto& [k, s] : strategies_) {
       const auto l = strategyLabels(k);
       if (s.time_to_accuracy_s) tta.metric.push_back(sample(l, G, *s.time_to_accuracy_s));
@@ -198,6 +205,11 @@ class Snapshot final : public prometheus::Collectable {
     f(strategies_[{experiment, strategy}]);
   }
 
+  void setInfo(const std::string& name, const std::map<std::string, std::string>& labels) {
+    MutexLock lock(mu_);
+    infos_[name] = labels;
+  }
+
   void updateNode(const NodeLabels& l, const NodeStats& stats) {
     MutexLock lock(mu_);
     strategies_.try_emplace({l.experiment, l.strategy});
@@ -208,6 +220,7 @@ class Snapshot final : public prometheus::Collectable {
   mutable Mutex mu_;
   std::map<StrategyKey, StrategyState> strategies_ CHAOSBED_GUARDED_BY(mu_);
   std::map<NodeKey, NodeStats> nodes_ CHAOSBED_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::string, std::string>> infos_ CHAOSBED_GUARDED_BY(mu_);
 };
 
 // RFC 4648 base64url without padding (Pushgateway's "@base64" label values).
@@ -282,6 +295,10 @@ class PrometheusExporter final : public MetricsExporter {
       st.running = running;
       st.elapsed_s = elapsed_s;
     });
+  }
+
+  void setInfo(const std::string& name, const std::map<std::string, std::string>& labels) override {
+    snapshot_->setInfo(name, labels);
   }
 
   Status push(const std::string& gateway, const std::string& experiment, Deadline deadline) override {

@@ -7,6 +7,7 @@
 // Thread safety: every method may be called from any thread; a scrape sees a consistent snapshot per family.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ class MetricsExporter {
   virtual void recovery(const std::string& experiment, const std::string& strategy, double seconds) = 0;
   // Run progress for "stuck" alerts: wall seconds since the strategy's training started; 1 while running.
   virtual void setRunning(const std::string& experiment, const std::string& strategy, bool running, double elapsed_s) = 0;
+  // An info metric, chaosbed_<name>_info{labels} 1 (the Prometheus convention for identity that PromQL joins
+  // on): "build" {version, revision}, "run" {experiment, run_id, seed, spec_sha256}. Set again to replace.
+  virtual void setInfo(const std::string& name, const std::map<std::string, std::string>& labels) = 0;
 
   // Waits until a scrape that began after this call has been answered in full, or the deadline; true if
   // one was (the HTTP server's awaitServed).

@@ -31,6 +31,7 @@
 #include "chaos/state.h"
 #include "core/config/config.h"
 #include "experiments/cli/cli.h"
+#include "experiments/run/prometheus_targets.h"
 
 DEFINE_int64(seed, -1, "the seed (default: the spec's seed for chaos plan, a fixed seed for train)");
 DEFINE_bool(json, false, "print JSON (one object per line) instead of a table");
@@ -271,8 +272,10 @@ int runChaosHeal(int argc, char**) {
     return kExitInfrastructure;
   }
   const chaos::HealReport r = chaos::healDeadRuns(*root);
-  std::printf("chaos heal: %s: %d dead run(s) healed, %d fault record(s) replayed, %d cgroup group(s) removed\n",
-              root->c_str(), r.runs, r.records, r.cgroups);
+  const int targets = run::removeStaleTargets(run::defaultTargetsDir());
+  std::printf("chaos heal: %s: %d dead run(s) healed, %d fault record(s) replayed, %d cgroup group(s) removed, "
+              "%d Prometheus target file(s) removed\n",
+              root->c_str(), r.runs, r.records, r.cgroups, targets);
   for (const std::string& e : r.errors) std::fprintf(stderr, "chaosbed chaos heal: %s\n", e.c_str());
   return r.errors.empty() ? kExitPass : kExitInfrastructure;
 }

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "chaos/event_log.h"
 #include "chaos/host_state.h"
 #include "chaos/schedule/schedule.h"
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
+#include "experiments/run/prometheus_targets.h"
+#include "experiments/run/provenance.h"
 #include "experiments/run/results.h"
 #include "transports/bootstrap/net.h"
 #include "chaosbed/config.h"
@@ -109,10 +112,12 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     CHAOSBED_ASSIGN_OR_RETURN(outcome.dir, makeResultsDir(spec.output.dir, spec.metadata.name, &run_id));
   }
   const std::string& dir = outcome.dir;
-  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", spec::emitExperimentSpec(spec)));
+  const std::string resolved_spec = spec::emitExperimentSpec(spec);
+  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", resolved_spec));
   // A summary exists from the start (no strategy yet, not complete) and is replaced atomically after each
   // strategy, so that a run that dies or fills the disk still leaves a parseable one.
   Provenance provenance = Provenance::atStart();
+  provenance.spec_sha256 = sha256Hex(resolved_spec);
   if (!provenance.quiet)
     std::fprintf(stderr,
                  "chaosbed run: WARNING: the load (%.2f) exceeds half of the %d cores: the timings of this run are not "
@@ -136,6 +141,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
 
   // One Prometheus endpoint for the whole run; loopback unless the spec or the caller allows more.
   std::unique_ptr<MetricsExporter> metrics;
+  std::optional<PrometheusTarget> target;  // removed on return, after the final scrape (declared after metrics:
+                                           // destroyed before the endpoint stops)
   const std::string listen = options.metrics_addr.empty() ? spec.metrics.listen : options.metrics_addr;
   if (listen != "off") {
     const bool allow_remote = options.metrics_allow_remote || spec.metrics.allow_remote;
@@ -146,8 +153,22 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
       std::fprintf(stderr, "chaosbed run: warning: the metrics endpoint listens on %s, beyond loopback: anyone who "
                    "can reach that port reads this run's metrics (there is no authentication)\n",
                    metrics->address().c_str());
+    metrics->setInfo("build", {{"version", provenance.version},
+                               {"revision", provenance.commit + (provenance.dirty ? "-dirty" : "")}});
+    metrics->setInfo("run", {{"experiment", spec.metadata.name}, {"run_id", run_id},
+                             {"seed", std::to_string(spec.seed)}, {"spec_sha256", provenance.spec_sha256}});
+    // Announced to Prometheus's file_sd, so that a run on any port is scraped (prometheus_targets.h).
+    const std::string targets_dir = spec.metrics.targets_dir.empty() ? defaultTargetsDir() : spec.metrics.targets_dir;
+    if (targets_dir != "off") {
+      auto published = PrometheusTarget::publish(
+          targets_dir, claim.owner(), metrics->address(),
+          {{"experiment", spec.metadata.name}, {"run_id", run_id}, {"seed", std::to_string(spec.seed)}});
+      if (published.isOk()) target.emplace(std::move(*published));
+      else std::fprintf(stderr, "chaosbed run: warning: not announced to Prometheus: %s\n", published.status().toString().c_str());
+    }
     if (out) {
-      std::fprintf(out, "metrics: http://%s/metrics\n", metrics->address().c_str());
+      std::fprintf(out, "metrics: http://%s/metrics%s%s\n", metrics->address().c_str(),
+                   target ? " (announced in " : "", target ? (target->path() + ")").c_str() : "");
       std::fflush(out);
     }
   }

@@ -1,5 +1,6 @@
 #include "experiments/run/provenance.h"
 
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,12 +84,30 @@ Provenance Provenance::atStart() {
   return p;
 }
 
-void Provenance::end() { ended_at = utcNow(); }
+void Provenance::end() {
+  ended_at = utcNow();
+  load1_at_end = loadAverage1();
+}
+
+std::string sha256Hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &n, EVP_sha256(), nullptr) != 1) return "";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
 
 nlohmann::json Provenance::toJson() const {
   return {{"version", version},       {"commit", commit},           {"dirty", dirty},
           {"host", host},             {"cpu_model", cpu_model},     {"cores", cores},
           {"load1_at_start", load1_at_start}, {"quiet", quiet},     {"command_line", command_line},
+          {"load1_at_end", load1_at_end < 0 ? nlohmann::json(nullptr) : nlohmann::json(load1_at_end)},
+          {"spec_sha256", spec_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(spec_sha256)},
           {"started_at", started_at}, {"ended_at", ended_at.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended_at)}};
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -26,14 +27,19 @@ struct Provenance {
   std::string host, cpu_model;
   int cores = 0;               // online CPUs
   double load1_at_start = 0;   // /proc/loadavg, 1-minute
+  double load1_at_end = -1;    // set by end(); negative before
   bool quiet = true;           // load1_at_start <= cores / 2
+  std::string spec_sha256;     // of the resolved spec (spec.yaml), when a run sets it
   std::string command_line;    // of this process
   std::string started_at, ended_at;  // UTC, ISO 8601
 
   static Provenance atStart();
-  void end();  // sets ended_at
+  void end();  // sets ended_at and load1_at_end
   nlohmann::json toJson() const;
 };
+
+// SHA-256 of `text`, as 64 lowercase hex digits.
+std::string sha256Hex(std::string_view text);
 
 // The 1-minute load average; negative when unreadable.
 double loadAverage1();

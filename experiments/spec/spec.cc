@@ -261,7 +261,7 @@ void parseStrategies(const ConfigNode& root, const ClusterSpec& cluster, const T
 
 void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
   ConfigNode n = root.child("metrics");
-  n.checkKeys({"listen", "push_gateway", "allow_remote", "await_scrape"});
+  n.checkKeys({"listen", "push_gateway", "allow_remote", "await_scrape", "targets_dir"});
   m->listen = n.optional<std::string>("listen", m->listen);
   m->allow_remote = n.optional<bool>("allow_remote", false);
   m->await_scrape = n.optional<bool>("await_scrape", false);
@@ -275,6 +275,10 @@ void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
                               "unauthenticated, so exposing it needs metrics.allow_remote: true");
     }
   }
+  m->targets_dir = n.optional<std::string>("targets_dir", "");
+  if (n.child("targets_dir").isScalar() && m->targets_dir != "off" && !m->targets_dir.empty() &&
+      m->targets_dir[0] != '/')
+    n.child("targets_dir").error("must be an absolute path (the directory Prometheus's file_sd watches) or 'off'");
   m->push_gateway = n.optional<std::string>("push_gateway", "");
   if (n.child("push_gateway").isScalar() && !m->push_gateway.empty()) {
     std::string_view g = m->push_gateway;
@@ -634,6 +638,7 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   if (!spec.metrics.push_gateway.empty()) emitString(e, "push_gateway", spec.metrics.push_gateway);
   emitBool(e, "allow_remote", spec.metrics.allow_remote);
   emitBool(e, "await_scrape", spec.metrics.await_scrape);
+  if (!spec.metrics.targets_dir.empty()) emitString(e, "targets_dir", spec.metrics.targets_dir);
   e << YAML::EndMap;
 
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

@@ -19,7 +19,8 @@
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
 //        checkpoint_on_notice: false}
 //   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
-//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false, await_scrape: false}
+//   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false, await_scrape: false,
+//             targets_dir: /run/chaosbed-targets}   # file_sd announcements; off = none
 //            # listen must be loopback (127.0.0.0/8, [::1], localhost) unless allow_remote: true
 //   output: {dir: results}
 //   sweep: {grid: {cluster.workers: [2, 4, 8]}, repeats: 3}   # or seeds: [1, 2, 3]
@@ -172,6 +173,9 @@ struct MetricsSpec {
   // Each strategy starts training only once a scrape has seen its series at zero, and the run exits only
   // once a scrape has taken its final values (each wait bounded): for CI, where Prometheus must see every run.
   bool await_scrape = false;
+  // Where the run announces its endpoint to Prometheus's file_sd (experiments/run/prometheus_targets.h):
+  // empty = the host's default (/run/chaosbed-targets as root), "off" = nowhere.
+  std::string targets_dir;
   bool operator==(const MetricsSpec&) const = default;
 };
 

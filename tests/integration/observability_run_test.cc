@@ -180,15 +180,6 @@ double rfc3339Seconds(const std::string& text) {
   return std::string(rest) == "Z" ? seconds : std::nan("");
 }
 
-// The active target scraping `addr` (empty until service discovery hands it to the scrape manager).
-json promTarget(const std::string& prom, const std::string& addr) {
-  const json data = promApi(prom, "/api/v1/targets");
-  if (data.is_object())
-    for (const json& t : data.value("activeTargets", json::array()))
-      if (t.value("scrapeUrl", "").find(addr) != std::string::npos) return t;
-  return json::object();
-}
-
 // Polls Prometheus's API (its own state, not a clock) until `ready` holds or the deadline passes.
 bool awaitProm(const std::function<bool()>& ready, Deadline deadline) {
   while (!ready()) {
@@ -198,27 +189,34 @@ bool awaitProm(const std::function<bool()>& ready, Deadline deadline) {
   return true;
 }
 
+// The shipped prometheus.yml, unchanged but for where it looks (a directory of this test's own, so that other
+// runs on the machine stay out of it) and how often: it finds the run through the target file the run
+// announces (file_sd), on a port the run picked itself.
 TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   std::string why;
   if (!runnable(&why)) GTEST_SKIP() << why;
   if (!haveTool("prometheus")) GTEST_SKIP() << "prometheus not installed (Debian package prometheus)";
   TempDir dir("obs_prom");
-  // Prometheus starts first and the run second, on a port chosen here: the run lasts a few seconds, and a
-  // Prometheus that starts after it (seconds on a loaded machine) could miss it entirely.
-  const int run_port = freePort();
-  int port = freePort();
-  while (port == run_port) port = freePort();
-  ASSERT_GT(run_port, 0);
+  const int port = freePort();
   ASSERT_GT(port, 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(run_port);
+  // Made before Prometheus starts, so that it watches the directory (inotify) rather than re-reading it.
+  const fs::path targets = dir.path() / "targets";
+  fs::create_directory(targets);
+  fs::permissions(targets, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                               fs::perms::others_read | fs::perms::others_exec);
 
-  // Our prometheus.yml and rules.yml, scraping the run often (its endpoint ends with it) with rules every 1 s.
   YAML::Node config = YAML::LoadFile((dashboardsDir() / "prometheus" / "prometheus.yml").string());
   config["global"]["scrape_interval"] = "200ms";  // the run ends right after its last TTA is set
   config["global"]["evaluation_interval"] = "1s";
   config["rule_files"] = YAML::Load("[" + (dashboardsDir() / "prometheus" / "rules.yml").string() + "]");
-  YAML::Node scrape = YAML::Load("[{job_name: chaosbed, static_configs: [{targets: ['" + addr + "']}]}]");
-  config["scrape_configs"] = scrape;
+  bool found_job = false;
+  for (YAML::Node job : config["scrape_configs"])
+    if (job["job_name"].as<std::string>() == "chaosbed") {
+      ASSERT_TRUE(job["file_sd_configs"]) << "the shipped chaosbed job does not discover runs from their target files";
+      job["file_sd_configs"][0]["files"][0] = (targets / "*.json").string();
+      found_job = true;
+    }
+  ASSERT_TRUE(found_job);
   const fs::path config_file = dir.path() / "prometheus.yml";
   {
     YAML::Emitter e;
@@ -230,40 +228,55 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
                 "--web.listen-address=" + prom});
   ASSERT_TRUE(server.waitForLine("Server is ready to receive web requests", deadlineIn(60s))) << server.output();
 
-  // "Ready" is not "scraping": Prometheus's discovery manager hands static targets to the scrape manager on
-  // its first update, up to 5 s later. A run started before that loses its start to Prometheus (the cause of
-  // this test's old flake: only the last second of the run was scraped, and the goodput rule then saw no
-  // counter change). Wait until Prometheus has attempted its first scrape of the run's address.
-  ASSERT_TRUE(awaitProm([&] { return promTarget(prom, addr).value("health", "unknown") != "unknown"; }, deadlineIn(60s)))
-      << "Prometheus never tried to scrape " << addr << ":\n" << server.output();
-
   // --metrics_await_scrape: each strategy trains only once Prometheus has scraped its series at zero, and the
-  // run exits only once it has scraped the final values. Without it a strategy of this tiny scenario can do
-  // nearly all its steps before its first scrape (it reaches the target in well under a second on a quiet
-  // machine), and rate(), which takes a counter's first scraped value as its start, then sees no progress.
-  ChaosbedRun run(dir.path() / "results", addr, {"--metrics_await_scrape"});
-  ASSERT_EQ(run.waitForAddress(), addr) << "no metrics line from chaosbed run:\n" << run.child().output();
-
+  // run exits only once it has scraped the final values. This run is shorter than discovery's delay (its
+  // updates reach the scrape manager every 5 s): without it, a strategy could finish before the first scrape.
+  ChaosbedRun run(dir.path() / "results", "127.0.0.1:0",
+                  {"--metrics_await_scrape", "--set", "metrics.targets_dir=" + targets.string()});
+  const std::string addr = run.waitForAddress();
+  ASSERT_FALSE(addr.empty()) << "no metrics line from chaosbed run:\n" << run.child().output();
   auto rc = run.child().waitExit(deadlineIn(120s));
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 0) << run.child().output();
+  const double exited_at = double(std::time(nullptr));
+  EXPECT_TRUE(fs::is_empty(targets)) << "the run left its target file behind";
 
-  // Every value the run exported is stored once a scrape after its exit failed; the recording rules have seen
-  // them once a rule evaluation started after that scrape.
-  double down_at = 0;
-  ASSERT_TRUE(awaitProm([&] {
-    const json t = promTarget(prom, addr);
-    if (t.value("health", "") != "down") return false;
-    down_at = rfc3339Seconds(t.value("lastScrape", ""));
-    return std::isfinite(down_at);
-  }, deadlineIn(30s))) << "Prometheus never saw the run's endpoint go away: " << promTarget(prom, addr).dump();
+  // The final values were scraped before the run exited; the recording rules have seen them once a rule
+  // evaluation started after the exit.
   ASSERT_TRUE(awaitProm([&] {
     const json data = promApi(prom, "/api/v1/rules");
     if (!data.is_object()) return false;
     for (const json& g : data.value("groups", json::array()))
-      if (g.value("name", "") == "chaosbed.recording") return rfc3339Seconds(g.value("lastEvaluation", "")) > down_at;
+      if (g.value("name", "") == "chaosbed.recording") return rfc3339Seconds(g.value("lastEvaluation", "")) > exited_at + 1;
     return false;
   }, deadlineIn(30s))) << "the recording rules were not evaluated after the run ended";
+
+  // The run's identity: from the target file (run_id, seed on every series) and from the info metrics.
+  const json summary = json::parse(readFile(dir.path() / "results" / "summary.json"));
+  const json& provenance = summary["provenance"];
+  const json build = promQuery(prom, "last_over_time(chaosbed_build_info{job=\"chaosbed\"}[10m])");
+  ASSERT_EQ(build.size(), 1u) << build.dump();
+  EXPECT_EQ(build[0]["metric"]["revision"].get<std::string>(),
+            provenance["commit"].get<std::string>() + (provenance["dirty"].get<bool>() ? "-dirty" : ""));
+  const json run_info = promQuery(prom, "last_over_time(chaosbed_run_info{job=\"chaosbed\"}[10m])");
+  ASSERT_EQ(run_info.size(), 1u) << run_info.dump();
+  EXPECT_EQ(run_info[0]["metric"]["spec_sha256"].get<std::string>(), provenance["spec_sha256"].get<std::string>());
+  const std::string run_id = run_info[0]["metric"]["run_id"].get<std::string>();
+  EXPECT_EQ(run_info[0]["metric"]["seed"].get<std::string>(), "7");
+  const json steps = promQuery(prom, "last_over_time(chaosbed_steps_total{job=\"chaosbed\"}[10m])");
+  ASSERT_GE(steps.size(), 1u);
+  for (const json& r : steps) EXPECT_EQ(r["metric"].value("run_id", ""), run_id) << r.dump();
+
+  // Ended means ended: no strategy still running, and no fault still active, although the pause was seen.
+  const json running = promQuery(prom, "last_over_time(chaosbed_run_running{job=\"chaosbed\"}[10m])");
+  ASSERT_EQ(running.size(), 2u) << running.dump();
+  for (const json& r : running) EXPECT_EQ(sampleValue(r), 0) << r.dump();
+  const json active = promQuery(prom, "last_over_time(chaosbed_fault_active{job=\"chaosbed\"}[10m])");
+  ASSERT_GE(active.size(), 1u) << active.dump();
+  for (const json& r : active) EXPECT_EQ(sampleValue(r), 0) << "a fault still active after the run: " << r.dump();
+  const json paused = promQuery(prom, "max(max_over_time(chaosbed_fault_active{job=\"chaosbed\",fault=\"pause\"}[10m]))");
+  ASSERT_EQ(paused.size(), 1u) << paused.dump();
+  EXPECT_EQ(sampleValue(paused[0]), 1) << "Prometheus never saw the 2 s pause as active";
 
   // The target is gone now, so its series are stale: look back over the run.
   const json up = promQuery(prom, "max_over_time(up{job=\"chaosbed\"}[10m])");

@@ -155,6 +155,10 @@ const BadSpec kBadSpecs[] = {
      spec(kCluster, kData, kStrategies, "metrics: {listen: 'myhost:9464', allow_remote: false}\n"),
      {"t.yaml:9:19: metrics.listen: 'myhost' is not a loopback address (127.0.0.1, [::1], localhost); the endpoint "
       "is unauthenticated, so exposing it needs metrics.allow_remote: true"}},
+    {"a relative targets directory",
+     spec(kCluster, kData, kStrategies, "metrics: {targets_dir: targets}\n"),
+     {"t.yaml:9:24: metrics.targets_dir: must be an absolute path (the directory Prometheus's file_sd watches) or "
+      "'off'"}},
     {"empty file", "", {"t.yaml:1:1: the spec is empty; it needs at least apiVersion, kind, metadata, cluster and strategies"}},
     {"sweep value that breaks the spec",
      spec(kCluster, kData, kStrategies, "sweep:\n  grid:\n    cluster.workers: [2, 0]\n"),
