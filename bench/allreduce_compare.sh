@@ -4,7 +4,7 @@
 # sum, timed the same way (warm-up, then the slowest rank's per-iteration mean). Prints busbw
 # (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 1 MiB and 16 MiB for each and chaosbed's ratios to them, against
 # the targets: chaosbed >= Open MPI (best of both paths) and >= 5x Gloo at both sizes.
-# Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev: bench-only, not in install-deps.sh)
+# Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS]   (defaults: build/chaosbed, 4)
 # Exit: 0 when the targets are met, 1 when one is missed, 2 when a tool is missing or fails.

@@ -11,7 +11,7 @@ python=/usr/bin/python3  # Debian's Python: python3-torch on the system OpenBLAS
 
 [ -x "$chaosbed" ] || { echo "compare_train: $chaosbed not found: build first (scripts/build.sh)" >&2; exit 4; }
 "$python" -c 'import torch' 2>/dev/null ||
-  { echo "compare_train: $python has no torch: apt-get install python3-torch" >&2; exit 4; }
+  { echo "compare_train: $python has no torch: scripts/install-deps.sh --with-bench" >&2; exit 4; }
 
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
 echo "system BLAS: ${blas:-unknown}"

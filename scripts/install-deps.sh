@@ -1,7 +1,22 @@
 #!/usr/bin/env bash
-# Installs every Debian package chaosbed needs to build, test and run. Idempotent: packages already
+# Installs the Debian packages chaosbed needs to build, test and run. Idempotent: packages already
 # present are skipped by apt. Runs as root, or through sudo when not root.
+#   --with-observability  also Prometheus and the Pushgateway (the tests against a real Prometheus; they skip
+#                         with a message without them)
+#   --with-bench          also the benchmarks' peers: PyTorch (bench/torch_train.py), Open MPI and Gloo
+#                         (bench/allreduce_compare.sh)
 set -euo pipefail
+
+with_observability=false
+with_bench=false
+for arg in "$@"; do
+  case "$arg" in
+    --with-observability) with_observability=true ;;
+    --with-bench) with_bench=true ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown option '$arg' (--with-observability, --with-bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # toolchain (clang: the lock-annotation check, scripts/check-lock-annotations.sh)
@@ -16,11 +31,12 @@ packages=(
   googletest libgtest-dev libgmock-dev
   # data
   dataset-fashion-mnist
-  # tools the tests and benchmarks call
-  procps iproute2 prometheus prometheus-pushgateway
-  # bench/torch_train.py: the PyTorch reference (Debian's Python on the system OpenBLAS)
-  python3-torch
+  # tools the tests call (groff: the man page check)
+  procps iproute2 python3 groff-base
 )
+if $with_observability; then packages+=(prometheus prometheus-pushgateway); fi
+# PyTorch on Debian's Python and the system OpenBLAS; Open MPI and Gloo for the all-reduce comparison.
+if $with_bench; then packages+=(python3-torch openmpi-bin libopenmpi-dev libgloo-dev); fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
