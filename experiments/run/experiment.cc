@@ -12,6 +12,7 @@
 #include "chaos/schedule/schedule.h"
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
+#include "experiments/run/progress.h"
 #include "experiments/run/prometheus_targets.h"
 #include "experiments/run/provenance.h"
 #include "experiments/run/results.h"
@@ -23,18 +24,6 @@
 
 namespace chaosbed::run {
 namespace {
-
-void printProgress(FILE* out, const Progress& p, bool tty) {
-  if (!out) return;
-  char acc[16];
-  if (p.accuracy)
-    std::snprintf(acc, sizeof acc, "%.4f", *p.accuracy);
-  else
-    std::snprintf(acc, sizeof acc, "-");
-  std::fprintf(out, "%s[%s] t=%6.1fs acc=%s steps/s=%7.1f nodes=%d/%d faults=%d%s", tty ? "\r\033[K" : "",
-               p.label.c_str(), p.elapsed_s, acc, p.steps_per_s, p.alive, p.nodes, p.faults, tty ? "" : "\n");
-  std::fflush(out);
-}
 
 // cluster.transport: nccl puts mirrored's gradient all-reduce on NCCL, one GPU per worker; refused up front,
 // never quietly replaced by UCX, when this build or machine cannot do it.
@@ -199,19 +188,19 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.metrics = metrics.get();
   ctx.claim = &claim;
   ctx.await_scrape = options.metrics_await_scrape || spec.metrics.await_scrape;
-  const bool tty = options.tty;
-  ctx.on_progress = [out, tty](const Progress& p) { printProgress(out, p, tty); };
+  ProgressPrinter progress(out, options.tty, spec.training.target_accuracy);
+  ctx.on_progress = [&progress](const Progress& p) { progress.update(p); };
 
   Status failure;
   for (const auto& strategy : spec.strategies) {
     if (options.interrupted && options.interrupted->load()) break;
     auto r = runStrategy(ctx, strategy);
-    if (out && tty) std::fprintf(out, "\n");
     if (!r.isOk()) {
+      if (out && options.tty) std::fprintf(out, "\n");  // end the status line before the error
       failure = r.status().withContext(strategy.label);
       break;
     }
-    if (out) std::fprintf(out, "[%s] done: %s\n", strategy.label.c_str(), r->stop_reason.c_str());
+    progress.done(strategy.label, r->stop_reason);
     outcome.results.push_back(std::move(*r));
     (void)writeSummary(dir, spec, outcome.results, false, record);
     (void)writeTimeseries(dir, outcome.results);
@@ -222,14 +211,16 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   provenance.end();
   Status written = writeSummary(dir, spec, outcome.results, outcome.complete, record);
   if (Status s = writeTimeseries(dir, outcome.results); !s.isOk() && written.isOk()) written = s;
-  if (Status s = report::writeReport(dir); !s.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", s.toString().c_str());
+  const Status report_written = report::writeReport(dir);
+  if (!report_written.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", report_written.toString().c_str());
   if (metrics && !spec.metrics.push_gateway.empty()) {
     if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name, deadlineIn(kPushDeadline)); !s.isOk())
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", spec.metrics.push_gateway.c_str(), s.toString().c_str());
   }
   if (out)
-    std::fprintf(out, "\n%s\nresults: %s\n", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
-                 dir.c_str());
+    std::fprintf(out, "\n%s\nresults: %s\n%s%s%s", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
+                 dir.c_str(), report_written.isOk() ? "report:  " : "", report_written.isOk() ? dir.c_str() : "",
+                 report_written.isOk() ? "/report.html\n" : "");
   // Let Prometheus scrape the final values (a batch job can also push them): with await_scrape, wait for that
   // scrape; otherwise linger until the next scrape of the scraper seen so far, or 1.5 s when none was seen.
   if (metrics) {

@@ -310,11 +310,17 @@ Result<StrategyResult> Supervisor::run() {
         Progress p;
         p.label = strategy_.label;
         p.elapsed_s = t;
-        if (!result_.timeline.empty()) p.accuracy = result_.timeline.back().accuracy;
+        p.time_limit_s = spec_.training.time_limit_s;
+        if (!result_.timeline.empty()) {
+          p.accuracy = result_.timeline.back().accuracy;
+          p.accuracy_at_s = result_.timeline.back().time_s;
+        }
         p.steps_per_s = t > last_progress_t ? double(w.steps - last_steps) / (t - last_progress_t) : 0;
         p.alive = aliveCount();
         p.nodes = int(names_.size());
         p.faults = chaos_controller ? int(chaos_controller->appliedCount()) : 0;
+        if (chaos_controller)
+          for (chaos::FaultKind kind : chaos::kAllFaultKinds) p.faults_active += chaos_controller->activeFaults(kind);
         ctx_.on_progress(p);
       }
       exportMetrics(chaos_controller.get());

@@ -93,11 +93,14 @@ struct StrategyResult {
 struct Progress {
   std::string label;
   double elapsed_s = 0;
-  std::optional<double> accuracy;
+  double time_limit_s = 0;
+  std::optional<double> accuracy;      // of the latest evaluation
+  std::optional<double> accuracy_at_s; // its snapshot time
   double steps_per_s = 0;
   int alive = 0;
   int nodes = 0;
-  int faults = 0;
+  int faults = 0;         // applied so far
+  int faults_active = 0;  // in effect now
 };
 
 struct RunContext {

@@ -300,6 +300,7 @@ std::vector<CaseResult> evaluate(const Assertion& a, const nlohmann::json& summa
       missing(a.text, !s1 ? a.lhs.label : a.rhs.label);
       return out;
     }
+    c.seconds = s1->value("wall_seconds", 0.0) + (s1 == s2 ? 0.0 : s2->value("wall_seconds", 0.0));
     auto v1 = metricValue(*s1, a.lhs.metric), v2 = metricValue(*s2, a.rhs.metric);
     const std::string expected = std::string("expected ") + opName(a.op) + " " + g(a.value);
     if (!v1 || !v2) {
@@ -324,7 +325,7 @@ std::vector<CaseResult> evaluate(const Assertion& a, const nlohmann::json& summa
       missing(name, label);
       continue;
     }
-    CaseResult c{name, false, false, "", 0};
+    CaseResult c{name, false, false, "", s->value("wall_seconds", 0.0)};
     if (a.kind == Assertion::Kind::kPredicate) {
       if (a.lhs.metric == "reached_target") {
         c.passed = s->value("reached_target", false);
@@ -397,11 +398,20 @@ std::string junitXml(const std::string& suite_name, const std::vector<ScenarioRe
     }
     o << "  <testsuite name=\"" << xmlEscape(r.name) << "\" tests=\"" << r.cases.size() << "\" failures=\"" << f
       << "\" errors=\"" << e << "\" skipped=\"0\" time=\"" << t(r.seconds) << "\">\n";
+    if (r.provenance.is_object() && !r.provenance.empty()) {
+      // What produced the figures: commit, host, load, times (run/provenance.h), one property per field.
+      o << "    <properties>\n";
+      for (const auto& [key, value] : r.provenance.items())
+        o << "      <property name=\"chaosbed." << xmlEscape(key) << "\" value=\""
+          << xmlEscape(value.is_string() ? value.get<std::string>() : value.dump()) << "\"/>\n";
+      o << "    </properties>\n";
+    }
     for (const auto& c : r.cases) {
       o << "    <testcase classname=\"" << xmlEscape(suite_name + "." + r.name) << "\" name=\"" << xmlEscape(c.name)
         << "\" time=\"" << t(c.seconds) << "\"";
       if (c.passed && !c.error) {
-        o << "/>\n";
+        // A pass keeps its measured value too: a trend is read from passes as much as from failures.
+        o << ">\n      <system-out>" << xmlEscape(c.message) << "</system-out>\n    </testcase>\n";
         continue;
       }
       const char* tag = c.error ? "error" : "failure";
@@ -430,15 +440,15 @@ SuiteOutcome runSuite(const Suite& suite, const std::string& out_dir, const Scen
     auto summary = runner(sc, out_dir + "/" + sc.name);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!summary.isOk()) r.error = summary.status().toString();
+    else if (summary->contains("provenance")) r.provenance = (*summary)["provenance"];
     for (const Assertion& a : sc.assertions) {
       std::vector<CaseResult> cases;
       if (!r.error.empty()) {
-        cases.push_back({a.text, false, true, "scenario did not run: " + r.error, 0});
+        cases.push_back({a.text, false, true, "scenario did not run: " + r.error, r.seconds});
       } else {
         cases = evaluate(a, *summary, labels);
       }
       for (auto& c : cases) {
-        c.seconds = 0;
         ++out.cases;
         if (c.error) ++out.errors;
         else if (!c.passed) ++out.failures;

@@ -91,7 +91,7 @@ struct CaseResult {
   bool passed = false;
   bool error = false;    // infrastructure: the scenario did not produce the strategy's results
   std::string message;   // "measured 72.3, expected < 60"
-  double seconds = 0;
+  double seconds = 0;    // the run time of the strategies it is about (their wall_seconds)
 };
 
 // Evaluates an assertion against a summary.json object (run/results.h). Labels missing from the summary
@@ -104,10 +104,12 @@ struct ScenarioResult {
   double seconds = 0;
   std::string error;  // non-empty: the run failed (infrastructure) and every case is an error
   std::vector<CaseResult> cases;
+  nlohmann::json provenance;  // the run's summary.json provenance (null when it did not run)
 };
 
 // JUnit XML: <testsuites name tests failures errors time><testsuite name tests failures errors time>
-// <testcase classname name time>[<failure message type>text</failure> | <error ...>]; XML-escaped.
+// [<properties><property name="chaosbed.<provenance key>" value/>...]<testcase classname name time>
+// [<failure message type>text</failure> | <error ...> | <system-out>measured value</system-out>]; XML-escaped.
 std::string junitXml(const std::string& suite_name, const std::vector<ScenarioResult>& results);
 std::string xmlEscape(std::string_view text);
 

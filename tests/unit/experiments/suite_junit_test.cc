@@ -112,7 +112,8 @@ std::vector<ScenarioResult> sample() {
   ScenarioResult a;
   a.name = "spot <preemption>";
   a.seconds = 12.5;
-  a.cases = {{"tta_seconds < 60 [mirrored]", true, false, "measured 41, expected tta_seconds < 60", 0},
+  a.provenance = {{"commit", "abc123"}, {"dirty", false}, {"load1_at_start", 0.25}, {"host", "h<1>"}};
+  a.cases = {{"tta_seconds < 60 [mirrored]", true, false, "measured 41, expected tta_seconds < 60", 6.25},
              {"tta_seconds < 60 [parameter_server]", false, false, "measured 72.3, expected tta_seconds < 60", 0},
              {"idle_fraction < 0.3 & \"quoted\" 'x'", false, false, "measured 0.5 > 0.3 & <b>", 0}};
   ScenarioResult b;
@@ -142,7 +143,21 @@ TEST(SuiteJunit, HasTheJunitShapeAndCounts) {
   auto cases = suites[0]->all("testcase");
   ASSERT_EQ(cases.size(), 3u);
   EXPECT_EQ(cases[0]->attrs.at("classname"), "nightly.spot <preemption>");
-  EXPECT_TRUE(cases[0]->children.empty());  // a pass has no failure element
+  // A pass has no failure element, but keeps its measured value and its time.
+  EXPECT_TRUE(cases[0]->all("failure").empty());
+  ASSERT_EQ(cases[0]->all("system-out").size(), 1u);
+  EXPECT_EQ(cases[0]->all("system-out")[0]->text, "measured 41, expected tta_seconds < 60");
+  EXPECT_EQ(cases[0]->attrs.at("time"), "6.250");
+  // The run's provenance, one property per field.
+  auto props = suites[0]->all("properties");
+  ASSERT_EQ(props.size(), 1u);
+  std::map<std::string, std::string> p;
+  for (const auto* e : props[0]->all("property")) p[e->attrs.at("name")] = e->attrs.at("value");
+  EXPECT_EQ(p["chaosbed.commit"], "abc123");
+  EXPECT_EQ(p["chaosbed.dirty"], "false");
+  EXPECT_EQ(p["chaosbed.load1_at_start"], "0.25");
+  EXPECT_EQ(p["chaosbed.host"], "h<1>");
+  EXPECT_TRUE(suites[1]->all("properties").empty()) << "a scenario that did not run has no provenance";
   auto failure = cases[1]->all("failure");
   ASSERT_EQ(failure.size(), 1u);
   EXPECT_EQ(failure[0]->attrs.at("message"), "measured 72.3, expected tta_seconds < 60");
@@ -172,8 +187,10 @@ TEST(SuiteJunit, RunSuiteCountsFailuresAndErrorsAndExpandsPerStrategy) {
   down.name = "down";
   suite.scenarios = {ok, down};
   nlohmann::json summary = {{"complete", true},
+                            {"provenance", {{"commit", "c0ffee"}}},
                             {"strategies",
-                             {{"mirrored", {{"tta_seconds", 40.0}}}, {"parameter_server", {{"tta_seconds", 50.0}}}}}};
+                             {{"mirrored", {{"tta_seconds", 40.0}, {"wall_seconds", 41.5}}},
+                              {"parameter_server", {{"tta_seconds", 50.0}, {"wall_seconds", 51.0}}}}}};
   std::vector<std::string> dirs;
   SuiteOutcome out = runSuite(suite, "/nonexistent-out", [&](const Scenario& sc, const std::string& dir) -> Result<nlohmann::json> {
     dirs.push_back(dir);
@@ -186,6 +203,10 @@ TEST(SuiteJunit, RunSuiteCountsFailuresAndErrorsAndExpandsPerStrategy) {
   EXPECT_EQ(out.errors, 1);
   ASSERT_EQ(out.results.size(), 2u);
   EXPECT_NE(out.results[1].error.find("no launcher"), std::string::npos);
+  ASSERT_EQ(out.results[0].cases.size(), 2u);
+  EXPECT_EQ(out.results[0].cases[0].seconds, 41.5) << "a case takes the time its strategy ran";
+  EXPECT_EQ(out.results[0].cases[1].seconds, 51.0);
+  EXPECT_EQ(out.results[0].provenance.value("commit", ""), "c0ffee");
 }
 
 TEST(SuiteJunit, EscapesControlCharacters) {

@@ -1,0 +1,64 @@
+// experiments/run/progress: the live status line's ETA, and how often a pipe gets a line.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "experiments/run/progress.h"
+
+namespace chaosbed::run {
+namespace {
+
+TEST(Progress, EtaFollowsALinearTrendToTheTarget) {
+  // Accuracy 0.5 + 0.05 t: the target 0.85 is reached at t = 7, so 3 s after the latest evaluation at t = 4.
+  std::vector<std::pair<double, double>> evals;
+  for (int t = 0; t <= 4; ++t) evals.emplace_back(t, 0.5 + 0.05 * t);
+  auto eta = etaSeconds(evals, 0.85);
+  ASSERT_TRUE(eta.has_value());
+  EXPECT_NEAR(*eta, 3.0, 1e-9);
+  // Only the last `window` evaluations count: an early plateau does not slow the estimate.
+  std::vector<std::pair<double, double>> late = {{0, 0.1}, {1, 0.1}, {2, 0.1}};
+  for (int t = 3; t <= 10; ++t) late.emplace_back(t, 0.5 + 0.05 * (t - 3));
+  ASSERT_TRUE(etaSeconds(late, 0.85, 5).has_value());
+  EXPECT_NEAR(*etaSeconds(late, 0.85, 5), 7.0 + 3 - 10, 1e-9);
+}
+
+TEST(Progress, NoEtaWithoutARisingTrend) {
+  EXPECT_FALSE(etaSeconds({{0, 0.5}, {1, 0.6}}, 0.85).has_value()) << "two points are no trend";
+  EXPECT_FALSE(etaSeconds({{0, 0.6}, {1, 0.6}, {2, 0.6}}, 0.85).has_value());
+  EXPECT_FALSE(etaSeconds({{0, 0.7}, {1, 0.6}, {2, 0.5}}, 0.85).has_value());
+}
+
+TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressPrinter printer(out, /*tty=*/false, 0.85, /*pipe_interval_s=*/5.0);
+    for (int i = 0; i <= 24; ++i) {  // 12 s of progress at 2 Hz
+      Progress p;
+      p.label = "mirrored";
+      p.elapsed_s = 0.5 * i;
+      p.accuracy = 0.5 + 0.02 * i;
+      p.accuracy_at_s = p.elapsed_s;
+      p.time_limit_s = 300;
+      printer.update(p);
+    }
+    printer.done("mirrored", "target");
+  }
+  std::fclose(out);
+  const std::string s(text, size);
+  std::free(text);
+  int lines = 0;
+  for (char c : s) lines += c == '\n';
+  EXPECT_EQ(lines, 3 + 1) << "lines at 0, 5 and 10 s, then done:\n" << s;
+  EXPECT_NE(s.find("[mirrored] done: target"), std::string::npos) << s;
+  // Accuracy 0.5 + 0.04 t reaches 0.85 at t = 8.75: at t = 5, 3.75 s ahead (rounded up); at t = 10, past it.
+  EXPECT_NE(s.find("ETA 4 s"), std::string::npos) << s;
+  EXPECT_NE(s.find("at target"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace chaosbed::run
