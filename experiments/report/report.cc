@@ -12,7 +12,9 @@
 namespace chaosbed::report {
 namespace {
 
-constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
+// Strategies and fault kinds have colour sets of their own (cool hues for strategies, warm and grey ones
+// for faults), so that a strategy's line is never read as a fault band.
+constexpr const char* kPalette[] = {"#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#e377c2"};
 constexpr const char* kPartColors[][2] = {{"compute", "#4c78a8"},       {"transfer", "#72b7b2"},
                                           {"idle_peer", "#e45756"},     {"idle_server", "#f58518"},
                                           {"idle_recovery", "#b279a2"}};
@@ -37,9 +39,10 @@ Result<std::string> readFile(const std::string& path, bool required) {
 
 const char* bandColor(const std::string& kind) {
   if (kind == "pause") return "#9e9e9e";
-  if (kind == "slow") return "#ffb74d";
-  if (kind == "link") return "#64b5f6";
-  if (kind == "kill" || kind == "preempt") return "#e53935";
+  if (kind == "slow") return "#ffb300";
+  if (kind == "link") return "#8d6e63";
+  if (kind == "transport_error") return "#ff7043";
+  if (kind == "kill" || kind == "preempt" || kind == "vanish") return "#e53935";
   return "#bdbdbd";
 }
 
@@ -114,13 +117,41 @@ std::string accuracyChart(const ReportInput& in, const std::vector<std::string>&
       << num(y(target)) << "\" stroke=\"#000\" stroke-dasharray=\"6 4\"/><text x=\"" << L + pw - 4 << "\" y=\""
       << num(y(target) - 4) << "\" text-anchor=\"end\">target " << fmt("%g", target) << "</text>\n";
   }
-  // One polyline per strategy.
+  // One step line per strategy: an accuracy is known only from its evaluation on, and holds until the next
+  // (or the end of the strategy's run), so the line reaches the target exactly at the TTA. A marker per
+  // evaluation; a TTA marker per strategy that reached the target.
   for (size_t i = 0; i < labels.size(); ++i) {
-    std::ostringstream pts;
+    std::vector<const SeriesPoint*> evals;
     for (const auto& p : in.series)
-      if (p.strategy == labels[i]) pts << num(x(p.time_s)) << "," << num(y(p.accuracy)) << " ";
+      if (p.strategy == labels[i]) evals.push_back(&p);
+    std::stable_sort(evals.begin(), evals.end(), [](auto* a, auto* b) { return a->time_s < b->time_s; });
+    const nlohmann::json* s = nullptr;
+    if (in.summary.contains("strategies") && in.summary["strategies"].contains(labels[i]))
+      s = &in.summary["strategies"][labels[i]];
+    std::ostringstream pts;
+    for (size_t k = 0; k < evals.size(); ++k) {
+      if (k > 0) pts << num(x(evals[k]->time_s)) << "," << num(y(evals[k - 1]->accuracy)) << " ";
+      pts << num(x(evals[k]->time_s)) << "," << num(y(evals[k]->accuracy)) << " ";
+    }
+    if (!evals.empty() && s) {
+      const double end = std::max(evals.back()->time_s, jnum(*s, "wall_seconds"));
+      pts << num(x(end)) << "," << num(y(evals.back()->accuracy)) << " ";
+    }
     o << "<polyline class=\"series\" data-strategy=\"" << htmlEscape(labels[i]) << "\" fill=\"none\" stroke=\""
       << colorOf(i) << "\" stroke-width=\"2\" points=\"" << pts.str() << "\"/>\n";
+    for (const SeriesPoint* p : evals)
+      o << "<circle class=\"eval\" data-strategy=\"" << htmlEscape(labels[i]) << "\" data-t=\"" << fmt("%.6g", p->time_s)
+        << "\" cx=\"" << num(x(p->time_s)) << "\" cy=\"" << num(y(p->accuracy)) << "\" r=\"2.5\" fill=\"" << colorOf(i)
+        << "\"><title>" << htmlEscape(labels[i] + ": accuracy " + fmt("%.4f", p->accuracy) + " at " + num(p->time_s) + " s")
+        << "</title></circle>\n";
+    if (s && s->contains("tta_seconds") && (*s)["tta_seconds"].is_number()) {
+      const double tta = (*s)["tta_seconds"].get<double>();
+      o << "<line class=\"tta\" data-strategy=\"" << htmlEscape(labels[i]) << "\" data-t=\"" << fmt("%.6g", tta) << "\" x1=\""
+        << num(x(tta)) << "\" x2=\"" << num(x(tta)) << "\" y1=\"" << T << "\" y2=\"" << T + ph << "\" stroke=\"" << colorOf(i)
+        << "\" stroke-width=\"1\" stroke-dasharray=\"1 3\"/><path class=\"tta-mark\" d=\"M" << num(x(tta)) << " "
+        << T + 2 << " l5 6 l-5 6 l-5 -6 z\" fill=\"" << colorOf(i) << "\"><title>"
+        << htmlEscape(labels[i] + ": TTA " + num(tta) + " s") << "</title></path>\n";
+    }
   }
   // Node exits as dots on the time axis.
   for (const auto& f : in.faults)
@@ -389,11 +420,11 @@ std::string renderReport(const ReportInput& in) {
   for (size_t i = 0; i < ordered.size(); ++i)
     o << "<span><span class=\"swatch\" style=\"background:" << colorOf(i) << "\"></span>" << htmlEscape(ordered[i])
       << "</span>";
-  o << "<span><span class=\"swatch\" style=\"background:#9e9e9e\"></span>pause</span>"
-       "<span><span class=\"swatch\" style=\"background:#ffb74d\"></span>slow</span>"
-       "<span><span class=\"swatch\" style=\"background:#64b5f6\"></span>link</span>"
-       "<span><span class=\"swatch\" style=\"background:#e53935\"></span>kill / preempt</span>"
-       "<span>● node exit</span></p>\n";
+  for (const char* kind : {"pause", "slow", "link", "transport_error", "kill"})
+    o << "<span><span class=\"swatch\" style=\"background:" << bandColor(kind) << "\"></span>"
+      << (std::string(kind) == "kill" ? "kill / preempt / vanish" : kind) << "</span>";
+  o << "<span>small dots: evaluations (the line holds each until the next)</span><span>&#9670; dotted: TTA</span>"
+       "<span>&#9679; on the axis: node exit</span></p>\n";
   o << accuracyChart(in, ordered);
   o << "<h2>Where the time went</h2>\n" << idleChart(in, ordered);
   o << "<h2>Summary</h2>\n" << summaryTable(in, ordered);

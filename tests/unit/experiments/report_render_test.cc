@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "experiments/report/report.h"
@@ -90,10 +91,11 @@ TEST(Report, ContainsOneSeriesPerStrategyBandsBarsTableAndEscapedSpec) {
   EXPECT_EQ(count(html, "<polyline class=\"series\""), 2u);
   EXPECT_EQ(count(html, "<polyline class=\"series\" data-strategy=\"mirrored\""), 1u);
   EXPECT_EQ(count(html, "<polyline class=\"series\" data-strategy=\"parameter_server\""), 1u);
-  // mirrored has 3 points, parameter_server 2.
+  // mirrored has 3 evaluations: as a step line, each one's point, a riser to each later one, and the hold
+  // of the last until the end of the run: 3 + 2 + 1 points.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(html, m, std::regex("data-strategy=\"mirrored\"[^>]*points=\"([^\"]*)\"")));
-  EXPECT_EQ(count(m[1].str(), ","), 3u);
+  EXPECT_EQ(count(m[1].str(), ","), 6u);
   EXPECT_EQ(count(html, "<rect class=\"fault\" data-kind=\"pause\""), 2u);
   EXPECT_EQ(count(html, "<line class=\"mark\" data-kind=\"kill\""), 1u);
   EXPECT_EQ(count(html, "<circle class=\"exit\""), 1u);
@@ -109,6 +111,62 @@ TEST(Report, ContainsOneSeriesPerStrategyBandsBarsTableAndEscapedSpec) {
   EXPECT_EQ(count(html, "http://"), count(html, "http://www.w3.org/2000/svg"));
   EXPECT_EQ(html.find("https://"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// The value of attribute `name` in the first element of `tag` whose attributes include `with` ("" if none).
+std::string attrOf(const std::string& html, const std::string& tag, const std::string& with, const std::string& name) {
+  std::regex element("<" + tag + "\\b[^>]*>");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), element); it != std::sregex_iterator(); ++it) {
+    const std::string e = it->str();
+    if (e.find(with) == std::string::npos) continue;
+    std::smatch m;
+    if (std::regex_search(e, m, std::regex(" " + name + "=\"([^\"]*)\""))) return m[1];
+  }
+  return "";
+}
+
+// The accuracy line holds each evaluation until the next: it never reaches the target before the reported
+// TTA, every evaluation has a marker, and each strategy that reached the target has a TTA marker there.
+TEST(Report, TheAccuracyLineNeverReachesTheTargetBeforeTheTta) {
+  const std::string dir = writeResults();
+  auto input = loadReportInput(dir);
+  ASSERT_TRUE(input.isOk()) << input.status().toString();
+  // The summary's TTA as the timeseries has it: the first evaluation at or above the target.
+  input->summary["strategies"]["mirrored"]["tta_seconds"] = 3.0;
+  input->summary["strategies"]["parameter_server"]["tta_seconds"] = 2.5;
+  const std::string html = renderReport(*input);
+  const double target_y = std::stod(attrOf(html, "line", "class=\"target\"", "y1"));
+  for (const std::string label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const std::string strategy = "data-strategy=\"" + label + "\"";
+    const std::string points = attrOf(html, "polyline", strategy, "points");
+    ASSERT_FALSE(points.empty());
+    const double tta_x = std::stod(attrOf(html, "line", "class=\"tta\" " + strategy, "x1"));
+    std::istringstream in(points);
+    std::string xy;
+    double prev_x = -1;
+    while (in >> xy) {
+      const double px = std::stod(xy.substr(0, xy.find(','))), py = std::stod(xy.substr(xy.find(',') + 1));
+      EXPECT_GE(px, prev_x) << "the line goes back in time";
+      prev_x = px;
+      if (py <= target_y) {
+        EXPECT_GE(px, tta_x) << "at or above the target at x=" << px << ", before the TTA";
+      }
+    }
+    size_t evals = 0;
+    for (const auto& p : input->series) evals += p.strategy == label;
+    EXPECT_EQ(count(html, "<circle class=\"eval\" " + strategy), evals);
+  }
+  // Strategies' colours are never fault colours.
+  std::set<std::string> strokes, fills;
+  std::regex stroke("class=\"series\"[^>]*stroke=\"(#[0-9a-f]{6})\""), fill("class=\"(?:fault|lane)\"[^>]*fill=\"(#[0-9a-f]{6})\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), stroke); it != std::sregex_iterator(); ++it)
+    strokes.insert((*it)[1]);
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), fill); it != std::sregex_iterator(); ++it)
+    fills.insert((*it)[1]);
+  ASSERT_EQ(strokes.size(), 2u);
+  ASSERT_FALSE(fills.empty());
+  for (const auto& c : strokes) EXPECT_EQ(fills.count(c), 0u) << c << " is a strategy's and a fault's colour";
 }
 
 TEST(Report, MissingSummaryIsAnErrorNamingTheFileAndBadCsvNamesTheLine) {
