@@ -475,11 +475,12 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
          "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,ratio_ps_over_mirrored,"
          "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio_geomean,"
-         "paired_ci95_low,paired_ci95_high,censoring\n";
+         "paired_ci95_low,paired_ci95_high,censoring,mtbf_s,mtbf_over_baseline_tta\n";
   std::vector<std::string> groups;
   std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
   std::map<std::string, const PlannedPoint*> group_point;
   std::map<std::string, double> group_limit;  // where an unreached run is censored
+  std::map<std::string, double> group_mtbf;   // run seconds between failures, all the point's faults together
   std::map<std::string, std::vector<std::pair<std::optional<double>, std::optional<double>>>> pairs;  // by group
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPoint& p = plan[i];
@@ -491,6 +492,14 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
     const nlohmann::json prov = summary.is_object() && summary.contains("provenance") && summary["provenance"].is_object()
                                     ? summary["provenance"]
                                     : nlohmann::json::object();
+    if (!group_mtbf.count(p.group) && summary.is_object() && summary.contains("fault_rates") &&
+        summary["fault_rates"].is_array()) {
+      double per_s = 0;  // independent arrival processes: their rates add
+      for (const auto& r : summary["fault_rates"])
+        if (r.is_object() && r.contains("mtbf_s") && r["mtbf_s"].is_number() && r["mtbf_s"].get<double>() > 0)
+          per_s += 1 / r["mtbf_s"].get<double>();
+      if (per_s > 0) group_mtbf[p.group] = 1 / per_s;
+    }
     auto has = [&](const std::string& label) {
       return summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label) &&
              summary["strategies"][label].is_object();
@@ -516,7 +525,7 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       const auto pos = std::find_if(order.begin(), order.end(), [&](const auto& x) { return x.label == label; }) - order.begin();
       csv << "," << csvField(prov.value("commit", "")) << "," << (prov.value("dirty", false) ? 1 : 0) << ","
           << (prov.contains("load1_at_start") && prov["load1_at_start"].is_number() ? fmt(prov["load1_at_start"].get<double>()) : "")
-          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,\n";
+          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,,,\n";
     }
   }
   std::map<std::string, std::map<std::string, TtaStats>> stats;
@@ -525,6 +534,12 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
     for (const auto& label : labels) stats[group][label] = ttaStats(by_group[group][label], group_limit[group]);
     if (!ps_label.empty() && !m_label.empty()) ratios[group] = ttaRatio(stats[group][ps_label], stats[group][m_label]);
   }
+  // MTBF / no-fault TTA (restricted mean of the one baseline): how many failure-free TTAs fit between two
+  // failures, comparable across time scales and jobs. Without a single baseline, or without a rate, empty.
+  std::string baseline_group;
+  int baselines = 0;
+  for (const auto& group : groups)
+    if (group_point[group]->baseline) baseline_group = group, ++baselines;
   for (const auto& group : groups) {
     const PlannedPoint& p = *group_point[group];
     const std::optional<TtaRatio>& ratio = ratios[group];
@@ -545,7 +560,19 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
             << fmt(paired->ci_low) << "," << fmt(paired->ci_high);
       else
         csv << ",,,,,";
-      csv << ",restricted_mean_at_time_limit\n";
+      csv << ",restricted_mean_at_time_limit,";
+      const auto mtbf = group_mtbf.find(group);
+      if (mtbf != group_mtbf.end()) {
+        csv << fmt(mtbf->second);
+        const TtaStats* base_stats = baselines == 1 ? &stats[baseline_group][label] : nullptr;
+        if (base_stats && base_stats->runs > 0 && base_stats->restricted_mean > 0)
+          csv << "," << fmt(mtbf->second / base_stats->restricted_mean);
+        else
+          csv << ",";
+      } else {
+        csv << ",";
+      }
+      csv << "\n";
     }
   }
   CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/sweep.csv", csv.str()));

@@ -56,6 +56,8 @@ class FakeRunner {
     fs::create_directories(dir);
     nlohmann::json summary = {{"experiment", spec.metadata.name}, {"seed", spec.seed}, {"complete", true},
                               {"strategies", strategies}};
+    // Two fault processes, one failure every 200 s each: 100 s between failures together.
+    if (pause > 0) summary["fault_rates"] = {{{"fault", "a"}, {"mtbf_s", 200.0}}, {{"fault", "b"}, {"mtbf_s", 200.0}}};
     std::ofstream(dir + "/summary.json") << summary.dump(2);
     return true;
   }
@@ -164,7 +166,12 @@ TEST(Sweep, CsvHasMeanCiAndCensoredFractionAndThePlotMarksTheCrossing) {
       << summary_rows["chaos.faults[0].duration_s=1/mirrored"];
   EXPECT_NE(summary_rows["chaos.faults[0].duration_s=4/mirrored"].find(",2,1,"), std::string::npos)
       << "the censored pair at 4 s is counted: " << summary_rows["chaos.faults[0].duration_s=4/mirrored"];
-  EXPECT_NE(csv.find(",restricted_mean_at_time_limit\n"), std::string::npos);
+  EXPECT_NE(csv.find(",restricted_mean_at_time_limit,"), std::string::npos);
+  // MTBF 100 s over the baseline's TTA: mirrored 20 s (19 and 21), parameter_server 35 s (34 and 36).
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=2/mirrored"].find(",restricted_mean_at_time_limit,100.000,5.000"),
+            std::string::npos) << summary_rows["chaos.faults[0].duration_s=2/mirrored"];
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=2/parameter_server"].find(",100.000,2.857"), std::string::npos)
+      << summary_rows["chaos.faults[0].duration_s=2/parameter_server"];
   // Interleaved: seed 1's points ran mirrored first, seed 2's the parameter server first.
   EXPECT_EQ(runner.first_strategy[1], std::set<std::string>{"mirrored"});
   EXPECT_EQ(runner.first_strategy[2], std::set<std::string>{"parameter_server"});
