@@ -41,6 +41,8 @@ std::string ProgressPrinter::line(const Progress& p) const {
       const double remaining = std::max(0.0, *s - (p.elapsed_s - it->second.back().first));
       if (p.time_limit_s > 0 && p.elapsed_s + remaining > p.time_limit_s)
         std::snprintf(eta, sizeof eta, "ETA past the %.0f s limit", p.time_limit_s);
+      else if (remaining < 1)
+        std::snprintf(eta, sizeof eta, "ETA <1 s");  // the trend is there; the next evaluations will tell
       else
         std::snprintf(eta, sizeof eta, "ETA %.0f s", std::ceil(remaining));
     }

@@ -15,9 +15,10 @@
 namespace chaosbed::run {
 
 // Seconds until the accuracy trend reaches `target`: a least-squares line through the last evaluations
-// (time_s, accuracy), at most `window` of them. nullopt when there are fewer than 3 or the trend is not rising.
+// (time_s, accuracy), at most `window` of them (few: a learning curve bends, and a line through a long stretch
+// of it promises too much). nullopt when there are fewer than 3 or the trend is not rising.
 std::optional<double> etaSeconds(const std::vector<std::pair<double, double>>& evaluations, double target,
-                                 size_t window = 8);
+                                 size_t window = 5);
 
 class ProgressPrinter {
  public:

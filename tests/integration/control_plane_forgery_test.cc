@@ -93,8 +93,9 @@ TEST(ControlPlaneForgery, StrangersWithoutTheSecretCannotForgeEventsStopsOrHello
   const fs::path out = dir.path() / "results";
   Child run({"stdbuf", "-oL", "-eL", CHAOSBED_BINARY, "run", scenario.string(), "--out", out.string(), "--metrics_addr",
              "off"});
-  // Mirrored trains first, with worker 0 paused for its first 2 s: the forgeries land while it waits.
-  ASSERT_TRUE(run.waitForLine("[mirrored] t=", deadlineIn(60s))) << run.output();
+  // Mirrored trains first, with worker 0 paused for its first 2 s: the forgeries land while it waits. Its
+  // first progress line ("[mirrored]   0.5 s  acc ...") says training has started.
+  ASSERT_TRUE(run.waitForLine("[mirrored] ", deadlineIn(60s))) << run.output();
   const auto config = nlohmann::json::parse(readFile(out / "mirrored" / "node-config.json"));
   const std::string prefix = config.at("prefix");
   const std::string store_address = config.at("store");
