@@ -201,6 +201,7 @@ void Supervisor::checkReplacements() {
 void Supervisor::requestStop(const std::string& reason) {
   if (stop_sent_) return;
   stop_sent_ = true;
+  stopping_ = true;
   result_.stop_reason = reason;
   result_.wall_seconds = now();
   {

@@ -6,6 +6,7 @@
 
 #include "experiments/run/strategy_run.h"
 
+#include <atomic>
 #include <glog/logging.h>
 #include <signal.h>
 #include <unistd.h>
@@ -153,14 +154,25 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
   // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,
   // or its shaper refused it: core/runtime/link_command.h); Unavailable when no answer came (a dead node).
+  // A revert (clear, clear_errors) that no answer came for is moot, and OK, when the process it was sent to
+  // is gone or the run is stopping: these faults live in the node's own transport and end with the process.
+  // (At stop the nodes exit without reading further commands, and the launcher kills what remains.)
   Status sendLinkCommand(const std::string& node, const LinkCommand& cmd) {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
+    const bool revert = cmd.op == LinkCommand::Op::kClear || cmd.op == LinkCommand::Op::kClearErrors;
+    const int incarnation = launcher_->incarnation(node);
     auto n = ctx_.store->add(keys_.linkCount(node), 1);
     if (!n.isOk()) return n.status();
     const std::string index = std::to_string(*n - 1);
     CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.linkCommand(node, *n - 1), encodeLinkCommand(cmd)));
     // The node applies commands in order and acknowledges each; a dead node never does.
     auto ack = ctx_.store->get(keys_.linkAck(node, *n - 1), deadlineIn(2s));
+    if (!ack.isOk() && revert &&
+        (stopping_.load() || !launcher_->running(node) || launcher_->incarnation(node) != incarnation)) {
+      LOG(INFO) << strategy_.label << ": " << node << ": link command " << index
+                << " (a revert) unanswered: moot, its process is gone or stopping";
+      return Status::ok();
+    }
     if (!ack.isOk()) return Status::unavailable(node + " did not acknowledge link command " + index);
     return decodeLinkAck(*ack).withContext(node + ": link command " + index);
   }
@@ -236,6 +248,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   double streak_start_s_ = 0;
   int64_t events_read_ = 0;
   bool stop_sent_ = false;
+  std::atomic<bool> stopping_{false};  // stop_sent_, for the chaos controller's thread
   std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
   StrategyResult result_;
 };
