@@ -152,10 +152,14 @@ void Supervisor::handleExits() {
     auto id = control::NodeId::parse(e.name);
     if (!id) continue;  // not a node of ours (the launcher only starts names from names_)
     detector_.forget(*id);
+    // When the launcher reaped it, in run time: this loop may take the exit up a while later (it was seen
+    // 256 ms late once, behind a busy supervisor), and recovery and detection count from the exit itself.
+    const double exited_at =
+        std::max(0.0, now() - std::chrono::duration<double>(SteadyClock::now() - e.at).count());
     bool replace_now = false;
     if (!e.requested) {
       MutexLock lock(exits_mu_);
-      markDetected(e.name, now(), /*declared=*/false);
+      markDetected(e.name, exited_at, /*declared=*/false);
       vanished_.erase(e.name);
       replace_now = replace_when_lost_.erase(e.name) > 0;
     }
@@ -167,7 +171,7 @@ void Supervisor::handleExits() {
     exit.lifetime_s = std::chrono::duration<double>(e.lifetime).count();
     const int64_t steps = totalWorkerSteps();
     MutexLock lock(mu_);
-    const double t = now();
+    const double t = exited_at;
     auto actions = supervision_->onExit(exit, t, steps);
     if (!supervision_->isDown(*id) || e.requested) continue;  // not a failure (finished, stopped on purpose)
     LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
