@@ -33,16 +33,6 @@ bool isOwnerName(const std::string& s) {
   return true;
 }
 
-std::string randomHex(size_t bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : Secret::nonce(bytes)) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
-
 Status writeNew(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Status::ioError(path + ": " + std::strerror(errno));
@@ -98,7 +88,7 @@ Result<PrometheusTarget> PrometheusTarget::publish(const std::string& dir, const
   nlohmann::json group = {{"targets", {address}}, {"labels", labels}};
   const std::string text = nlohmann::json::array({group}).dump(2) + "\n";
   // A temporary name nobody can predict, renamed over the target: Prometheus never reads half a file.
-  const std::string temp = dir + "/." + owner + "." + randomHex(8) + ".tmp";
+  const std::string temp = dir + "/." + owner + "." + toHex(Secret::nonce(8)) + ".tmp";
   CHAOSBED_RETURN_IF_ERROR(writeNew(temp, text));
   const std::string path = dir + "/" + owner + kSuffix;
   if (::rename(temp.c_str(), path.c_str()) != 0) {

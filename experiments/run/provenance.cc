@@ -1,5 +1,7 @@
 #include "experiments/run/provenance.h"
 
+#include "transports/bootstrap/secret.h"
+
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -93,13 +95,7 @@ std::string sha256Hex(std::string_view text) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   if (EVP_Digest(text.data(), text.size(), digest, &n, EVP_sha256(), nullptr) != 1) return "";
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
+  return toHex(std::string_view(reinterpret_cast<const char*>(digest), n));
 }
 
 nlohmann::json Provenance::toJson() const {

@@ -29,8 +29,6 @@ bool fillRandom(void* out, size_t n) {
   return true;
 }
 
-constexpr char kHex[] = "0123456789abcdef";
-
 int hexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -38,6 +36,17 @@ int hexValue(char c) {
 }
 
 }  // namespace
+
+std::string toHex(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
 
 Result<Secret> Secret::generate() {
   Secret s;
@@ -55,12 +64,7 @@ std::string Secret::nonce(size_t bytes) {
 Status Secret::writeFile(const std::string& path) const {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Status::ioError("secret file " + path + ": " + std::strerror(errno));
-  std::string text;
-  for (uint8_t b : key_) {
-    text += kHex[b >> 4];
-    text += kHex[b & 15];
-  }
-  text += '\n';
+  std::string text = toHex(std::string_view(reinterpret_cast<const char*>(key_.data()), key_.size())) + "\n";
   const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size()) &&
                   ::fsync(fd) == 0;
   const int err = errno;

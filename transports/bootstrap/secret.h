@@ -16,6 +16,9 @@
 
 namespace chaosbed {
 
+// Lowercase hex of raw bytes (the secret file's encoding; also digests and random names).
+std::string toHex(std::string_view bytes);
+
 class Secret {
  public:
   static constexpr size_t kBytes = 32;
