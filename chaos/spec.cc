@@ -187,7 +187,7 @@ void parseRestart(const ConfigNode& fault, FaultSpec* f) {
     r.error("expected never, {fixed_s: s} or {exponential: {mean_s: s}}");
     return;
   }
-  r.checkKeys({"fixed_s", "exponential", "never"});
+  r.checkKeys({"fixed_s", "exponential"});  // `never` is the plain scalar
   if (r.has("fixed_s")) {
     f->restart.kind = RestartPolicy::Kind::kFixed;
     f->restart.cloud_s = r.required<double>("fixed_s", Range::nonNegative());

@@ -31,8 +31,9 @@ packages=(
   googletest libgtest-dev libgmock-dev
   # data
   dataset-fashion-mnist
-  # tools the tests call (groff: the man page check)
-  procps iproute2 python3 groff-base
+  # tools the tests call (groff: the man page check; jsonschema and yaml: the spec schema check; matplotlib:
+  # bench/plot.py's figures)
+  procps iproute2 python3 groff-base python3-jsonschema python3-yaml python3-matplotlib
 )
 if $with_observability; then packages+=(prometheus prometheus-pushgateway); fi
 # PyTorch on Debian's Python and the system OpenBLAS; Open MPI and Gloo for the all-reduce comparison.

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/config/schema.h"
+
 namespace chaosbed::config {
 namespace {
 
@@ -125,7 +127,7 @@ ConfigNode::ConfigNode(YAML::Node node, std::string file, Diagnostics* diagnosti
 }
 
 ConfigNode::ConfigNode(YAML::Node node, std::string file, Diagnostics* diagnostics, std::string path,
-                       bool present, int line, int column, int key_line, int key_column)
+                       bool present, int line, int column, int key_line, int key_column, std::string schema_place)
     : node_(std::move(node)),
       file_(std::move(file)),
       diagnostics_(diagnostics),
@@ -134,7 +136,8 @@ ConfigNode::ConfigNode(YAML::Node node, std::string file, Diagnostics* diagnosti
       line_(line),
       column_(column),
       key_line_(key_line),
-      key_column_(key_column) {}
+      key_column_(key_column),
+      schema_place_(std::move(schema_place)) {}
 
 std::string ConfigNode::childPath(const std::string& key) const {
   return path_.empty() ? key : path_ + "." + key;
@@ -152,7 +155,7 @@ ConfigNode ConfigNode::childAt(const YAML::Node& key, const YAML::Node& value, c
     vl = value.Mark().line + 1;
     vc = value.Mark().column + 1;
   }
-  return ConfigNode(value, file_, diagnostics_, childPath(name), true, vl, vc, kl, kc);
+  return ConfigNode(value, file_, diagnostics_, childPath(name), true, vl, vc, kl, kc, childPlace(name));
 }
 
 std::string ConfigNode::describe() const {
@@ -191,11 +194,13 @@ ConfigNode ConfigNode::child(const std::string& key) const {
     for (auto it = node_.begin(); it != node_.end(); ++it)
       if (it->first.IsScalar() && it->first.Scalar() == key) return childAt(it->first, it->second, key);
   }
-  return ConfigNode(YAML::Node(), file_, diagnostics_, childPath(key), false, line_, column_, line_, column_);
+  return ConfigNode(YAML::Node(), file_, diagnostics_, childPath(key), false, line_, column_, line_, column_,
+                    childPlace(key));
 }
 
 ConfigNode ConfigNode::requiredChild(const std::string& key) const {
   ConfigNode c = child(key);
+  if (recording()) SchemaRecorder::active()->required(schema_place_, key, !c.present());
   if (!c.present()) {
     if (present_ && !node_.IsNull() && !node_.IsMap())
       error("expected a map, got " + describe());
@@ -207,6 +212,7 @@ ConfigNode ConfigNode::requiredChild(const std::string& key) const {
 
 std::vector<ConfigNode> ConfigNode::items() const {
   std::vector<ConfigNode> out;
+  if (recording()) SchemaRecorder::active()->list(schema_place_);
   if (isNull()) return out;
   if (!node_.IsSequence()) {
     error("expected a list, got " + describe());
@@ -219,7 +225,8 @@ std::vector<ConfigNode> ConfigNode::items() const {
       l = item.Mark().line + 1;
       c = item.Mark().column + 1;
     }
-    out.push_back(ConfigNode(item, file_, diagnostics_, path_ + "[" + std::to_string(i) + "]", true, l, c, l, c));
+    out.push_back(ConfigNode(item, file_, diagnostics_, path_ + "[" + std::to_string(i) + "]", true, l, c, l, c,
+                             childPlace("[]")));
   }
   return out;
 }
@@ -233,12 +240,15 @@ std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
       continue;
     }
     std::string key = it->first.Scalar();
-    out.emplace_back(key, childAt(it->first, it->second, key));
+    ConfigNode value = childAt(it->first, it->second, key);
+    value.schema_place_ = childPlace("*");  // a free-form key: every value shares one place
+    out.emplace_back(key, std::move(value));
   }
   return out;
 }
 
 bool ConfigNode::expectMap() const {
+  if (recording()) SchemaRecorder::active()->freeMap(schema_place_);
   if (isNull() || node_.IsMap()) return true;
   error("expected a map, got " + describe());
   return false;
@@ -249,6 +259,7 @@ void ConfigNode::checkKeys(std::initializer_list<std::string_view> allowed) cons
 }
 
 void ConfigNode::checkKeys(const std::vector<std::string>& allowed) const {
+  if (recording()) SchemaRecorder::active()->closedMap(schema_place_, allowed);
   if (!expectMap() || isNull()) return;
   std::unordered_map<std::string, int> first_line;
   for (auto it = node_.begin(); it != node_.end(); ++it) {
@@ -278,6 +289,7 @@ void ConfigNode::checkKeys(const std::vector<std::string>& allowed) const {
 }
 
 void ConfigNode::rejectKey(const std::string& key, const std::string& reason) const {
+  if (recording()) SchemaRecorder::active()->rejected(schema_place_, key);
   if (has(key)) errorAt(key, reason);
 }
 
@@ -359,6 +371,7 @@ bool ConfigNode::decode(Seconds* out, const Range& range) const {
 }
 
 std::string ConfigNode::asOneOf(std::initializer_list<std::string_view> choices, std::string fallback) const {
+  recordChoices(choices);
   std::string v;
   if (!decode(&v, Range::any())) return fallback;
   if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
@@ -372,17 +385,59 @@ std::string ConfigNode::asOneOf(std::initializer_list<std::string_view> choices,
 std::string ConfigNode::oneOf(const std::string& key, std::initializer_list<std::string_view> choices,
                               std::string fallback) const {
   ConfigNode c = child(key);
+  c.recordChoices(choices);
+  if (!fallback.empty()) c.recordDefault(fallback);
   if (c.isNull()) return fallback;
   return c.asOneOf(choices, std::move(fallback));
 }
 
 std::string ConfigNode::requiredOneOf(const std::string& key, std::initializer_list<std::string_view> choices) const {
   ConfigNode c = requiredChild(key);
+  c.recordChoices(choices);
   if (c.isNull()) {
     if (c.present()) c.error("required field has no value; expected one of: " + joinChoices(choices));
     return std::string();
   }
   return c.asOneOf(choices, std::string());
+}
+
+// ---- schema recording ----
+
+bool ConfigNode::recording() { return SchemaRecorder::active() != nullptr; }
+
+std::string ConfigNode::childPlace(const std::string& segment) const {
+  return recording() ? SchemaRecorder::childOf(schema_place_, segment) : std::string();
+}
+
+void ConfigNode::recordScalar(const char* type, const Range& range, bool list) const {
+  SchemaRecorder* r = SchemaRecorder::active();
+  if (!r) return;
+  if (list) r->list(schema_place_);
+  r->scalar(list ? SchemaRecorder::childOf(schema_place_, "[]") : schema_place_, type, range.min, range.max,
+            range.min_open, range.max_open);
+}
+
+void ConfigNode::recordNullable() const {
+  if (SchemaRecorder* r = SchemaRecorder::active()) r->nullable(schema_place_);
+}
+
+void ConfigNode::recordChoices(std::initializer_list<std::string_view> choices) const {
+  if (SchemaRecorder* r = SchemaRecorder::active())
+    r->choices(schema_place_, std::vector<std::string>(choices.begin(), choices.end()));
+}
+
+void ConfigNode::recordDefault(bool v) const {
+  if (SchemaRecorder* r = SchemaRecorder::active()) r->defaultValue(schema_place_, v);
+}
+void ConfigNode::recordDefault(int64_t v) const {
+  if (SchemaRecorder* r = SchemaRecorder::active()) r->defaultValue(schema_place_, v);
+}
+void ConfigNode::recordDefault(double v) const {
+  if (SchemaRecorder* r = SchemaRecorder::active(); r && std::isfinite(v)) r->defaultValue(schema_place_, v);
+}
+void ConfigNode::recordDefault(const std::string& v) const {
+  // An empty string is "not given" in these parsers (role: "", profile: ""), not a value to suggest.
+  if (SchemaRecorder* r = SchemaRecorder::active(); r && !v.empty()) r->defaultValue(schema_place_, v);
 }
 
 // ---- loading ----

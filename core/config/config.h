@@ -30,6 +30,7 @@
 // such as "250ms", "90s", "2m", "1h30m".
 //
 // Dotted-path overrides of a document before parsing ("cluster.workers=8"): core/config/override.h.
+// A JSON Schema of what a parser accepts, recorded from these same calls: core/config/schema.h.
 //
 // Threads: a ConfigNode and its Diagnostics belong to one thread. A ConfigNode holds a raw pointer to the
 // Diagnostics, which must outlive it.
@@ -164,6 +165,7 @@ class ConfigNode {
   template <class T>
   T required(const std::string& key, Range range = Range::any()) const {
     ConfigNode c = requiredChild(key);
+    c.recordValue<T>(range);
     if (c.isNull()) {
       if (c.present()) c.error("required field has no value");
       return T{};
@@ -174,6 +176,8 @@ class ConfigNode {
   template <class T>
   T optional(const std::string& key, T fallback, Range range = Range::any()) const {
     ConfigNode c = child(key);
+    c.recordValue<T>(range);
+    c.recordFallback(fallback);
     if (c.isNull()) return fallback;
     return c.as<T>(std::move(fallback), range);
   }
@@ -181,6 +185,9 @@ class ConfigNode {
   template <class T>
   std::optional<T> nullable(const std::string& key, std::optional<T> fallback, Range range = Range::any()) const {
     ConfigNode c = child(key);
+    c.recordValue<T>(range);
+    c.recordNullable();
+    if (fallback) c.recordFallback(*fallback);
     if (!c.present()) return fallback;
     if (c.isNull()) return std::nullopt;
     return c.as<T>(fallback.value_or(T{}), range);
@@ -188,6 +195,7 @@ class ConfigNode {
   // This node's own value (e.g. a list item); on error records it and returns fallback.
   template <class T>
   T as(T fallback = T{}, Range range = Range::any()) const {
+    recordValue<T>(range);
     if constexpr (IsVector<T>::value) {
       using Item = typename T::value_type;
       if (!isSequence()) {
@@ -222,11 +230,43 @@ class ConfigNode {
   struct IsVector<std::vector<T, A>> : std::true_type {};
 
   ConfigNode(YAML::Node node, std::string file, Diagnostics* diagnostics, std::string path, bool present,
-             int line, int column, int key_line, int key_column);
+             int line, int column, int key_line, int key_column, std::string schema_place);
   ConfigNode childAt(const YAML::Node& key, const YAML::Node& value, const std::string& name) const;
   std::string childPath(const std::string& key) const;
   void errorAtLocation(int line, int column, std::string field, std::string message) const;
   bool checkRange(double v, const Range& range) const;
+
+  // Reports to the thread's SchemaRecorder, when one is recording (core/config/schema.h).
+  static bool recording();
+  std::string childPlace(const std::string& segment) const;
+  void recordScalar(const char* type, const Range& range, bool list) const;
+  void recordNullable() const;
+  void recordChoices(std::initializer_list<std::string_view> choices) const;
+  void recordDefault(bool v) const;
+  void recordDefault(int64_t v) const;
+  void recordDefault(double v) const;
+  void recordDefault(const std::string& v) const;
+  template <class T>
+  static constexpr const char* schemaType() {
+    if constexpr (std::is_same_v<T, bool>) return "boolean";
+    else if constexpr (std::is_integral_v<T>) return "integer";
+    else if constexpr (std::is_floating_point_v<T>) return "number";
+    else if constexpr (std::is_same_v<T, Seconds>) return "duration";
+    else return "string";
+  }
+  template <class T>
+  void recordValue(const Range& range) const {
+    if (!recording()) return;
+    if constexpr (IsVector<T>::value) recordScalar(schemaType<typename T::value_type>(), range, true);
+    else recordScalar(schemaType<T>(), range, false);
+  }
+  template <class T>
+  void recordFallback(const T& v) const {
+    if (!recording()) return;
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double> || std::is_same_v<T, std::string>)
+      recordDefault(v);
+    else if constexpr (std::is_integral_v<T>) recordDefault(static_cast<int64_t>(v));
+  }
 
   // Scalar conversions; each records an error and returns false on failure.
   bool decode(bool* out, const Range& range) const;
@@ -243,6 +283,7 @@ class ConfigNode {
   bool present_ = true;
   int line_ = 1, column_ = 1;          // the value (or, for an empty value, its key)
   int key_line_ = 1, key_column_ = 1;  // the key this value sits under (the item itself for list items)
+  std::string schema_place_;           // SchemaRecorder's place; kept only while one is recording
 };
 
 // Parses YAML text. On a syntax error records "file:line:col: YAML syntax error: ..." and returns nullopt.

@@ -11,6 +11,7 @@
 
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
+DECLARE_string(push_gateway);
 DEFINE_double(wait_quiet_s, 0, "before each run, wait up to this long for the 1-minute load to fall to "
               "half the cores (a run's own load lingers in the next one's for about a minute); 0: do not wait");
 
@@ -45,6 +46,7 @@ sweep::PointRunner Batch::runner(FILE* progress) {
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;
     ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
+    ro.push_gateway = FLAGS_push_gateway;
     ro.interrupted = &interrupted_;
     ro.progress = progress;
     auto outcome = run::runExperiment(point, ro);

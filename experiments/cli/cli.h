@@ -27,8 +27,8 @@ int validate(int argc, char** argv);
 
 // `chaosbed run SPEC` (run.cc).
 int runExperiment(int argc, char** argv);
-// Checks --metrics_addr (run, sweep, suite): host:port, and loopback unless --metrics_allow_remote. False
-// (after a message on stderr naming `command`) means exit kExitUsage.
+// Checks --metrics_addr (host:port, and loopback unless --metrics_allow_remote) and --push_gateway, for the
+// commands that run experiments. False (after a message on stderr naming `command`) means exit kExitUsage.
 bool checkMetricsFlags(const char* command);
 // `chaosbed report DIR` (report.cc): rewrites DIR/report.html from the results directory.
 int runReport(int argc, char** argv);

@@ -23,14 +23,28 @@ DEFINE_string(metrics_addr, "", "host:port of the Prometheus endpoint (default: 
 DEFINE_bool(metrics_await_scrape, false, "start each strategy only once a scrape has seen its series at zero, "
                                          "and exit only once a scrape has taken the final values (each wait at most "
                                          "20 s); so does the spec's metrics.await_scrape");
+DEFINE_string(push_gateway, "", "push the final metrics to this Prometheus Pushgateway, [http://]host:port[/path], "
+                                "with a 10 s deadline (instead of the spec's metrics.push_gateway)");
 DEFINE_bool(metrics_allow_remote, false, "let the Prometheus endpoint bind beyond loopback (it has no "
                                          "authentication; a warning says so); so does the spec's metrics.allow_remote");
 
 namespace chaosbed::cli {
+namespace {
+
+bool checkPushGatewayFlag(const char* command) {
+  if (FLAGS_push_gateway.empty()) return true;
+  if (std::string why = spec::pushGatewayProblem(FLAGS_push_gateway); !why.empty()) {
+    std::fprintf(stderr, "chaosbed %s: --push_gateway: %s\n", command, why.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 bool checkMetricsFlags(const char* command) {
   const std::string& addr = FLAGS_metrics_addr;
-  if (addr.empty() || addr == "off") return true;
+  if (addr.empty() || addr == "off") return checkPushGatewayFlag(command);
   std::string host;
   int port = 0;
   if (Status s = parseHostPort(addr, &host, &port); !s.isOk()) {
@@ -44,8 +58,9 @@ bool checkMetricsFlags(const char* command) {
                  command, addr.c_str(), host.c_str());
     return false;
   }
-  return true;
+  return checkPushGatewayFlag(command);
 }
+
 
 int runExperiment(int argc, char** argv) {
   if (argc != 2) {
@@ -76,6 +91,7 @@ int runExperiment(int argc, char** argv) {
   options.metrics_addr = FLAGS_metrics_addr;
   options.metrics_allow_remote = FLAGS_metrics_allow_remote;
   options.metrics_await_scrape = FLAGS_metrics_await_scrape;
+  options.push_gateway = FLAGS_push_gateway;
   options.interrupted = &interrupted;
   options.tty = isatty(STDOUT_FILENO);
   auto outcome = run::runExperiment(*spec, options);

@@ -20,6 +20,7 @@ DEFINE_string(junit, "", "write JUnit XML to this file");
 DECLARE_string(out);
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
+DECLARE_string(push_gateway);
 
 namespace chaosbed::cli {
 
@@ -57,6 +58,7 @@ int runSuite(int argc, char** argv) {
     ro.out_dir = dir;
     ro.metrics_addr = FLAGS_metrics_addr;
     ro.metrics_allow_remote = FLAGS_metrics_allow_remote;
+    ro.push_gateway = FLAGS_push_gateway;
     ro.interrupted = &interrupted;
     auto outcome = run::runExperiment(sc.spec, ro);
     if (!outcome.isOk()) return outcome.status();

@@ -213,9 +213,10 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   if (Status s = writeTimeseries(dir, outcome.results); !s.isOk() && written.isOk()) written = s;
   const Status report_written = report::writeReport(dir);
   if (!report_written.isOk()) std::fprintf(stderr, "chaosbed run: report.html: %s\n", report_written.toString().c_str());
-  if (metrics && !spec.metrics.push_gateway.empty()) {
-    if (Status s = metrics->push(spec.metrics.push_gateway, spec.metadata.name, deadlineIn(kPushDeadline)); !s.isOk())
-      std::fprintf(stderr, "chaosbed run: push to %s: %s\n", spec.metrics.push_gateway.c_str(), s.toString().c_str());
+  const std::string& gateway = options.push_gateway.empty() ? spec.metrics.push_gateway : options.push_gateway;
+  if (metrics && !gateway.empty()) {
+    if (Status s = metrics->push(gateway, spec.metadata.name, deadlineIn(kPushDeadline)); !s.isOk())
+      std::fprintf(stderr, "chaosbed run: push to %s: %s\n", gateway.c_str(), s.toString().c_str());
   }
   if (out)
     std::fprintf(out, "\n%s\nresults: %s\n%s%s%s", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),

@@ -20,6 +20,7 @@ struct ExperimentOptions {
   bool metrics_allow_remote = false;
   // Wait for scrapes at each strategy's start and at the end (so does the spec's metrics.await_scrape).
   bool metrics_await_scrape = false;
+  std::string push_gateway;   // empty: the spec's metrics.push_gateway (if any); checked by the caller
   const std::atomic<bool>* interrupted = nullptr;
   FILE* progress = stdout;    // live progress and the final table; nullptr: silent
   bool tty = false;           // rewrite one progress line in place

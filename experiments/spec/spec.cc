@@ -280,16 +280,8 @@ void parseMetrics(const ConfigNode& root, MetricsSpec* m) {
       m->targets_dir[0] != '/')
     n.child("targets_dir").error("must be an absolute path (the directory Prometheus's file_sd watches) or 'off'");
   m->push_gateway = n.optional<std::string>("push_gateway", "");
-  if (n.child("push_gateway").isScalar() && !m->push_gateway.empty()) {
-    std::string_view g = m->push_gateway;
-    if (g.starts_with("http://")) g.remove_prefix(7);
-    g = g.substr(0, g.find('/'));
-    if (m->push_gateway.starts_with("https://"))
-      n.child("push_gateway").error("https is not supported: the push is plain HTTP (use a Pushgateway on loopback "
-                                    "or a private network, or a local TLS proxy)");
-    else if (std::string why = checkHostPort(g); !why.empty())
-      n.child("push_gateway").error(why);
-  }
+  if (n.child("push_gateway").isScalar() && !m->push_gateway.empty())
+    if (std::string why = pushGatewayProblem(m->push_gateway); !why.empty()) n.child("push_gateway").error(why);
 }
 
 void parseOutput(const ConfigNode& root, OutputSpec* o) {
@@ -457,6 +449,14 @@ void emitInt(YAML::Emitter& e, const char* key, int64_t value) { emitPlain(e, ke
 void emitBool(YAML::Emitter& e, const char* key, bool value) { emitPlain(e, key, value ? "true" : "false"); }
 
 }  // namespace
+
+std::string pushGatewayProblem(std::string_view url) {
+  if (url.starts_with("https://"))
+    return "https is not supported: the push is plain HTTP (use a Pushgateway on loopback or a private network, or "
+           "a local TLS proxy)";
+  if (url.starts_with("http://")) url.remove_prefix(7);
+  return checkHostPort(url.substr(0, url.find('/')));
+}
 
 const char* name(Transport v) { return enumName(v, kTransports); }
 const char* name(Hosts v) { return enumName(v, kHosts); }

@@ -34,6 +34,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -236,12 +237,16 @@ std::optional<ExperimentSpec> readExperimentSpec(const std::string& path, const 
 // readExperimentSpec as a Result: InvalidArgument with one diagnostic per line.
 Result<ExperimentSpec> loadExperimentSpec(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// The resolved spec (every default filled in) as YAML text; parseExperimentSpec of it gives an equal spec.
 // What the spec needs from this machine, checked by `validate` and `run` before anything starts: the data
 // set's IDX files (raw or .gz) under data.path. Errors point at data.path (or data.dataset when the path is
 // the default) in `file`.
 void checkDataFiles(const std::string& file, const ExperimentSpec& spec, config::Diagnostics* diagnostics);
 
+// What is wrong with a Pushgateway address ([http://]host:port[/path]), or "" when nothing is: the rule of
+// metrics.push_gateway, shared by the --push_gateway flag.
+std::string pushGatewayProblem(std::string_view url);
+
+// The resolved spec (every default filled in) as YAML text; parseExperimentSpec of it gives an equal spec.
 std::string emitExperimentSpec(const ExperimentSpec& spec);
 
 // The runs of a sweep: the cross product of the grid (the first axis varies slowest) times the seeds.
