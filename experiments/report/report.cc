@@ -1,11 +1,14 @@
 #include "experiments/report/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "experiments/run/results.h"
 
@@ -18,6 +21,12 @@ constexpr const char* kPalette[] = {"#1f77b4", "#2ca02c", "#9467bd", "#17becf", 
 constexpr const char* kPartColors[][2] = {{"compute", "#4c78a8"},       {"transfer", "#72b7b2"},
                                           {"idle_peer", "#e45756"},     {"idle_server", "#f58518"},
                                           {"idle_recovery", "#b279a2"}};
+
+// Each TimeCategory, in its order (node_timeseries.csv's columns), and a cell where nothing was booked.
+constexpr const char* kCategoryColors[] = {"#4c78a8", "#72b7b2", "#54a24b", "#e45756", "#f58518", "#b279a2", "#9d755d"};
+constexpr const char* kNoneColor = "#e8e8e8";
+static_assert(std::size(kCategoryColors) == kTimeCategories);
+static_assert(std::tuple_size_v<decltype(NodeSeriesPoint::seconds)> == kTimeCategories);
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -229,6 +238,86 @@ std::string idleChart(const ReportInput& in, const std::vector<std::string>& lab
   return o.str();
 }
 
+// One strategy's nodes over time: a lane per node (nodes that never booked any time, such as the evaluator,
+// have none), a cell per interval between two of its samples (nodeCells), split bottom to top in
+// TimeCategory order by the share of the interval each category took, grey above for what stays unbooked.
+std::string nodeTimeChart(const ReportInput& in, const std::string& label) {
+  std::vector<std::string> nodes;
+  std::map<std::string, std::vector<const NodeSeriesPoint*>> by_node;
+  double t_max = 0;
+  for (const NodeSeriesPoint& p : in.node_series) {
+    if (p.strategy != label) continue;
+    if (!by_node.count(p.node)) nodes.push_back(p.node);
+    by_node[p.node].push_back(&p);
+    t_max = std::max(t_max, p.time_s);
+  }
+  std::erase_if(nodes, [&](const std::string& n) {
+    return std::none_of(by_node[n].begin(), by_node[n].end(), [](const NodeSeriesPoint* p) { return p->wall_s > 0; });
+  });
+  if (nodes.empty() || t_max <= 0) return "";
+  const double W = 960, lane_h = 16, gap = 4, L = 110, R = 20, T = 8;
+  const double pw = W - L - R;
+  const double plot_h = (lane_h + gap) * double(nodes.size());
+  const double H = T + plot_h + 62;
+  auto x = [&](double t) { return L + pw * std::clamp(t / t_max, 0.0, 1.0); };
+  std::ostringstream o;
+  o << "<svg class=\"chart nodetime\" data-strategy=\"" << htmlEscape(label)
+    << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+    << " " << H << "\" role=\"img\" aria-label=\"time by category per node over time: " << htmlEscape(label) << "\">\n";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const double y0 = T + (lane_h + gap) * double(i);
+    o << "<text x=\"" << L - 8 << "\" y=\"" << num(y0 + lane_h - 4) << "\" text-anchor=\"end\">" << htmlEscape(nodes[i])
+      << "</text>\n";
+    for (const NodeCell& cell : nodeCells(by_node[nodes[i]])) {
+      const double dt = cell.end_s - cell.start_s;
+      double booked = 0;
+      for (double v : cell.seconds) booked += v;
+      const double scale = std::max(dt, booked);  // a surplus no earlier cell could take stays here
+      const std::string rect = "<rect class=\"nodetime\" data-strategy=\"" + htmlEscape(label) + "\" data-node=\"" +
+                               htmlEscape(nodes[i]) + "\" x=\"" + fmt("%.2f", x(cell.start_s)) + "\" width=\"" +
+                               fmt("%.2f", x(cell.end_s) - x(cell.start_s)) + "\"";
+      const std::string title = htmlEscape(nodes[i]) + " " + fmt("%.1f", cell.start_s) + "–" + fmt("%.1f", cell.end_s) + " s: ";
+      double y = y0 + lane_h;
+      for (int c = 0; c < kTimeCategories; ++c) {
+        if (cell.seconds[size_t(c)] <= 0) continue;
+        const double h = lane_h * cell.seconds[size_t(c)] / scale;
+        y -= h;
+        const char* part = timeCategoryName(static_cast<TimeCategory>(c));
+        o << rect << " data-part=\"" << part << "\" y=\"" << fmt("%.2f", y) << "\" height=\"" << fmt("%.2f", h)
+          << "\" fill=\"" << kCategoryColors[c] << "\"><title>" << title << part << " "
+          << fmt("%.2f", cell.seconds[size_t(c)]) << " s</title></rect>\n";
+      }
+      if (const double none = dt - booked; none > 1e-6 * std::max(dt, 1.0)) {
+        const double h = lane_h * none / scale;
+        o << rect << " data-part=\"none\" y=\"" << fmt("%.2f", y - h) << "\" height=\"" << fmt("%.2f", h)
+          << "\" fill=\"" << kNoneColor << "\"><title>" << title << "nothing booked " << fmt("%.2f", none)
+          << " s</title></rect>\n";
+      }
+    }
+  }
+  // Time axis, in seconds since the strategy started.
+  const double axis_y = T + plot_h + 2;
+  o << "<line x1=\"" << L << "\" y1=\"" << axis_y << "\" x2=\"" << L + pw << "\" y2=\"" << axis_y
+    << "\" stroke=\"#999\"/>\n";
+  const double step = tickStep(t_max, 8);
+  for (double t = 0; t <= t_max + 1e-9; t += step)
+    o << "<text x=\"" << num(x(t)) << "\" y=\"" << num(axis_y + 14) << "\" text-anchor=\"middle\">" << fmt("%g", t)
+      << "</text>\n";
+  o << "<text x=\"" << L + pw << "\" y=\"" << num(axis_y + 14) << "\" text-anchor=\"end\" dy=\"14\">time (s)</text>\n";
+  double lx = L;
+  const double ly = H - 16;
+  for (int c = 0; c <= kTimeCategories; ++c) {
+    const bool none = c == kTimeCategories;
+    const std::string name = none ? "nothing booked" : timeCategoryName(static_cast<TimeCategory>(c));
+    o << "<rect x=\"" << lx << "\" y=\"" << ly << "\" width=\"12\" height=\"12\" fill=\""
+      << (none ? kNoneColor : kCategoryColors[c]) << "\"/><text x=\"" << lx + 16 << "\" y=\"" << ly + 10 << "\">"
+      << (none || c < 3 || c == 6 ? "" : "idle: ") << name << "</text>\n";
+    lx += none ? 0 : 100;
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
 std::string summaryTable(const ReportInput& in, const std::vector<std::string>& labels) {
   std::ostringstream o;
   o << "<table class=\"summary\"><thead><tr><th>strategy</th><th>kind</th><th>TTA (s)</th><th>final accuracy</th>"
@@ -310,6 +399,76 @@ Result<std::vector<SeriesPoint>> parseTimeseries(const std::string& text, const 
   return out;
 }
 
+std::vector<NodeCell> nodeCells(const std::vector<const NodeSeriesPoint*>& samples) {
+  std::vector<NodeCell> cells;
+  NodeSeriesPoint zero;  // the node's time starts at 0: the first cell runs from there to the first sample
+  const NodeSeriesPoint* prev = &zero;
+  for (const NodeSeriesPoint* p : samples) {
+    if (p->time_s <= prev->time_s) continue;
+    NodeCell cell{prev->time_s, p->time_s, {}};
+    double booked = 0;
+    for (size_t c = 0; c < cell.seconds.size(); ++c)
+      booked += cell.seconds[c] = std::max(0.0, p->seconds[c] - prev->seconds[c]);
+    prev = p;
+    // More booked than the interval lasted: a call that ended here began earlier. Hand the surplus, in this
+    // cell's proportions, to the latest earlier cells with room.
+    const double dt = cell.end_s - cell.start_s;
+    if (booked > dt) {
+      std::array<double, kTimeCategories> surplus{};
+      double left = booked - dt;
+      for (size_t c = 0; c < surplus.size(); ++c) cell.seconds[c] -= surplus[c] = cell.seconds[c] * left / booked;
+      for (auto it = cells.rbegin(); it != cells.rend() && left > 1e-12; ++it) {
+        double held = 0;
+        for (double v : it->seconds) held += v;
+        const double room = (it->end_s - it->start_s) - held;
+        if (room <= 0) continue;
+        const double share = std::min(room, left) / left;
+        for (size_t c = 0; c < surplus.size(); ++c) {
+          const double moved = surplus[c] * share;
+          it->seconds[c] += moved;
+          surplus[c] -= moved;
+        }
+        left -= std::min(room, left);
+      }
+      for (size_t c = 0; c < surplus.size(); ++c) cell.seconds[c] += surplus[c];  // no room before: stays here
+    }
+    cells.push_back(cell);
+  }
+  return cells;
+}
+
+Result<std::vector<NodeSeriesPoint>> parseNodeTimeseries(const std::string& text, const std::string& file) {
+  std::vector<NodeSeriesPoint> out;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  constexpr size_t kColumns = 4 + kTimeCategories;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1 || line.empty()) continue;  // header
+    std::vector<std::string> cols;
+    std::stringstream ls(line);
+    for (std::string col; std::getline(ls, col, ',');) cols.push_back(col);
+    const std::string where = file + ":" + std::to_string(lineno) + ": ";
+    if (cols.size() != kColumns)
+      return Status::invalidArgument(where + "expected " + std::to_string(kColumns) + " columns (time_s,strategy,node,"
+                                     "wall_s and one per category), got " + std::to_string(cols.size()));
+    auto number = [&](size_t i, double* v) {
+      char* end = nullptr;
+      *v = std::strtod(cols[i].c_str(), &end);
+      return end != cols[i].c_str() && *end == '\0' && std::isfinite(*v);
+    };
+    NodeSeriesPoint p;
+    p.strategy = cols[1];
+    p.node = cols[2];
+    bool ok = number(0, &p.time_s) && number(3, &p.wall_s);
+    for (int c = 0; c < kTimeCategories && ok; ++c) ok = number(4 + size_t(c), &p.seconds[size_t(c)]);
+    if (!ok) return Status::invalidArgument(where + "a time is not a finite number: '" + line + "'");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 std::vector<FaultBand> faultBandsFromEvents(const std::string& text) {
   std::vector<FaultBand> bands;
   std::string strategy;
@@ -377,6 +536,8 @@ Result<ReportInput> loadReportInput(const std::string& dir) {
     return Status::invalidArgument(dir + "/summary.json: not a chaosbed summary (expected an object with 'strategies')");
   CHAOSBED_ASSIGN_OR_RETURN(std::string series, readFile(dir + "/timeseries.csv", false));
   CHAOSBED_ASSIGN_OR_RETURN(in.series, parseTimeseries(series, dir + "/timeseries.csv"));
+  CHAOSBED_ASSIGN_OR_RETURN(std::string node_series, readFile(dir + "/node_timeseries.csv", false));
+  CHAOSBED_ASSIGN_OR_RETURN(in.node_series, parseNodeTimeseries(node_series, dir + "/node_timeseries.csv"));
   CHAOSBED_ASSIGN_OR_RETURN(std::string events, readFile(dir + "/events.jsonl", false));
   in.faults = faultBandsFromEvents(events);
   std::istringstream lines(events);
@@ -427,6 +588,9 @@ std::string renderReport(const ReportInput& in) {
        "<span>&#9679; on the axis: node exit</span></p>\n";
   o << accuracyChart(in, ordered);
   o << "<h2>Where the time went</h2>\n" << idleChart(in, ordered);
+  for (const std::string& label : ordered)
+    if (std::string chart = nodeTimeChart(in, label); !chart.empty())
+      o << "<h3>" << htmlEscape(label) << ": each node over time</h3>\n" << chart;
   o << "<h2>Summary</h2>\n" << summaryTable(in, ordered);
   o << "<h2>Resolved spec</h2>\n<pre class=\"spec\">" << htmlEscape(in.spec_yaml) << "</pre>\n</body></html>\n";
   return o.str();

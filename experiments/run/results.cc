@@ -111,7 +111,28 @@ Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>
                     static_cast<long long>(p.samples), p.alive);
       out << line;
     }
-  return writeTextAtomically(dir + "/timeseries.csv", out.str());
+  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/timeseries.csv", out.str()));
+
+  std::ostringstream nodes;
+  nodes << "time_s,strategy,node,wall_s";
+  for (int c = 0; c < kTimeCategories; ++c) nodes << "," << nodeTimeColumn(static_cast<TimeCategory>(c));
+  nodes << "\n";
+  for (const auto& r : results)
+    for (const NodeSample& s : r.node_samples) {
+      std::snprintf(line, sizeof line, "%.3f,%s,%s,%.3f", s.time_s, r.label.c_str(), s.node.c_str(), s.wall_seconds);
+      nodes << line;
+      for (double v : s.seconds) {
+        std::snprintf(line, sizeof line, ",%.3f", v);
+        nodes << line;
+      }
+      nodes << "\n";
+    }
+  return writeTextAtomically(dir + "/node_timeseries.csv", nodes.str());
+}
+
+std::string nodeTimeColumn(TimeCategory c) {
+  const bool idle = c == TimeCategory::kIdlePeer || c == TimeCategory::kIdleServer || c == TimeCategory::kIdleRecovery;
+  return std::string(idle ? "idle_" : "") + timeCategoryName(c) + "_s";
 }
 
 std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy) {

@@ -3,6 +3,9 @@
 //   spec.yaml        the resolved spec (every default filled in)
 //   events.jsonl     every chaos and training event (chaos/event_log.h)
 //   timeseries.csv   time_s,strategy,accuracy,loss,samples,alive_nodes — one row per evaluated snapshot
+//   node_timeseries.csv  time_s,strategy,node,wall_s,compute_s,transfer_s,checkpoint_s,idle_peer_s,
+//                    idle_server_s,idle_recovery_s,paused_s — each node's cumulative time about once a second
+//                    (NodeSample)
 //   summary.json     {"experiment", "seed", "complete", "strategies": {label: StrategyResult::toJson()}}
 //   <label>/         per strategy: node logs, node config, checkpoints, chaos state
 // Files are written atomically (temp file + rename), and rewritten after every strategy, so an
@@ -31,7 +34,10 @@ struct RunRecord {
 };
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                     const std::vector<StrategyResult>& results, bool complete, const RunRecord& record);
+// timeseries.csv and node_timeseries.csv.
 Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>& results);
+// A node_timeseries.csv column: "compute_s", "idle_peer_s", ...
+std::string nodeTimeColumn(TimeCategory c);
 // The comparison table printed at the end of a run.
 std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy);
 

@@ -276,6 +276,7 @@ Result<StrategyResult> Supervisor::run() {
   int64_t last_steps = 0;
   double last_progress_t = 0;
   double last_advance_t = 0;  // when the workers' step count last grew
+  double last_node_sample_t = -kNodeSampleInterval;
   std::optional<SteadyClock::time_point> stopped_at;
   for (;;) {
     handleExits();
@@ -297,11 +298,16 @@ Result<StrategyResult> Supervisor::run() {
       const NodeStats w = collectStats("worker", workers_);
       step_samples_.emplace_back(t, w.steps);
       // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
-      if (chaos_controller)
+      const bool sample_nodes = t - last_node_sample_t >= kNodeSampleInterval;
+      if (chaos_controller || sample_nodes) {
         for (const std::string& name : names_) {
           const NodeStats n = nodeStats(name);
-          chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
+          if (chaos_controller)
+            chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
+          if (sample_nodes) result_.node_samples.push_back({t, name, n.wall_seconds, n.seconds});
         }
+        if (sample_nodes) last_node_sample_t = t;
+      }
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
       if (w.steps > last_steps) {
@@ -364,6 +370,13 @@ Result<StrategyResult> Supervisor::run() {
   readEvents();
   result_.workers = collectStats("worker", workers_);
   result_.servers = collectStats("ps", servers_);
+  {
+    const double t_end = std::max(now(), last_node_sample_t);
+    for (const std::string& name : names_) {
+      const NodeStats n = nodeStats(name);
+      result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
+    }
+  }
   accountingResidual();
   {
     MutexLock lock(exits_mu_);

@@ -13,6 +13,7 @@
 // Training stops when the evaluator reports the target accuracy, at the time limit, on interrupt, or when
 // every worker has ended; each node then finishes its step and exits.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -44,6 +45,16 @@ struct EvalPoint {
   int alive = 0;        // nodes running
 };
 
+// One node's time so far, summed over its incarnations: a row of node_timeseries.csv. Between two samples
+// of a node, the growth of each category is where its time went; what no category grew by (interval -
+// growth of wall) it was not running: dead, or not yet restarted.
+struct NodeSample {
+  double time_s = 0;  // since the start of training
+  std::string node;
+  double wall_seconds = 0;
+  std::array<double, kTimeCategories> seconds{};  // by TimeCategory
+};
+
 struct StrategyResult {
   std::string label;
   std::string kind;  // "mirrored" | "parameter_server"
@@ -73,6 +84,7 @@ struct StrategyResult {
   int faults_applied = 0;
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;
+  std::vector<NodeSample> node_samples;  // every node about once a second, and at the end
   std::string stop_reason;   // "target", "time_limit", "workers_ended", "interrupted", "error: ..."
 
   // Samples rolled back: by workers (restored checkpoints) and by servers (shards restored to a checkpoint).

@@ -37,11 +37,9 @@ namespace chaosbed::run::detail {
 
 using namespace std::chrono_literals;
 
-
-using namespace std::chrono_literals;
-
 inline constexpr auto kTick = 50ms;                 // supervisor loop period
 inline constexpr double kDrainS = 20.0;             // after stop: how long nodes get to finish their step
+inline constexpr double kNodeSampleInterval = 1.0;  // s between rows of node_timeseries.csv (taken on a 500 ms tick)
 
 inline std::string nodeName(const std::string& role, int index) { return role + "-" + std::to_string(index); }
 

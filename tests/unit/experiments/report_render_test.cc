@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -180,6 +181,51 @@ TEST(Report, MissingSummaryIsAnErrorNamingTheFileAndBadCsvNamesTheLine) {
   EXPECT_NE(bad.status().toString().find("ts.csv:3: time_s is not a number: 'x'"), std::string::npos)
       << bad.status().toString();
   fs::remove_all(dir);
+}
+
+// Each node's lane: a cell per interval between its samples, split by the share of the interval each
+// category took (heights add up to the lane), grey where it booked nothing; a call booked when it ended
+// fills the cells before it; a node that never booked anything (the evaluator) has no lane.
+TEST(Report, NodeTimeLanesSplitEachIntervalByWhatTheNodeBooked) {
+  ReportInput in;
+  in.summary = {{"strategies", {{"mirrored", entry("mirrored", 20, 3)}}}};
+  auto sample = [](double t, const char* node, double compute, double peer, double paused) {
+    NodeSeriesPoint p;
+    p.time_s = t, p.strategy = "mirrored", p.node = node, p.wall_s = compute + peer + paused;
+    p.seconds[0] = compute, p.seconds[3] = peer, p.seconds[6] = paused;
+    return p;
+  };
+  // worker-0: 1 s of compute, then 0.25 compute + 0.75 peer; worker-1: nothing booked, then paused for 1 s;
+  // worker-2: a 2 s collective booked as peer when it ended, in the second interval.
+  in.node_series = {sample(0, "worker-0", 0, 0, 0), sample(1, "worker-0", 1, 0, 0), sample(2, "worker-0", 1.25, 0.75, 0),
+                    sample(0, "worker-1", 0, 0, 0), sample(1, "worker-1", 0, 0, 0), sample(2, "worker-1", 0, 0, 1),
+                    sample(0, "worker-2", 0, 0, 0), sample(1, "worker-2", 0, 0, 0), sample(2, "worker-2", 0, 2, 0),
+                    sample(0, "evaluator-0", 0, 0, 0), sample(2, "evaluator-0", 0, 0, 0)};
+  const std::string html = renderReport(in);
+  std::regex cell(R"re(<rect class="nodetime" data-strategy="mirrored" data-node="([^"]+)" x="[^"]+" width="[^"]+" data-part="([^"]+)" y="[^"]+" height="([^"]+)")re");
+  std::map<std::string, double> height;  // node/part -> summed height
+  std::map<std::string, int> cells;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), cell); it != std::sregex_iterator(); ++it) {
+    height[(*it)[1].str() + "/" + (*it)[2].str()] += std::stod((*it)[3].str());
+    ++cells[(*it)[1].str()];
+  }
+  EXPECT_EQ(cells["worker-0"], 3);  // compute; compute + peer
+  EXPECT_EQ(cells["worker-1"], 2);  // nothing; paused
+  EXPECT_NEAR(height["worker-0/compute"], 16 + 4, 0.02);  // a whole lane, then a quarter of one
+  EXPECT_NEAR(height["worker-0/peer"], 12, 0.02);
+  EXPECT_NEAR(height["worker-1/none"], 16, 0.02);
+  EXPECT_NEAR(height["worker-1/paused"], 16, 0.02);
+  EXPECT_EQ(cells["worker-2"], 2);
+  EXPECT_NEAR(height["worker-2/peer"], 32, 0.02);  // both intervals
+  EXPECT_EQ(height.count("worker-2/none"), 0u);
+  EXPECT_EQ(cells.count("evaluator-0"), 0u);
+  EXPECT_NE(html.find("time (s)"), std::string::npos);
+
+  auto bad = parseNodeTimeseries("h\n1,m,worker-0,1,1,0,0,0,0,0,0\n2,m,worker-0,2,x,0,0,0,0,0,0\n", "n.csv");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().toString().find("n.csv:3: a time is not a finite number"), std::string::npos)
+      << bad.status().toString();
+  EXPECT_FALSE(parseNodeTimeseries("h\n1,m,worker-0,1\n", "n.csv").isOk());  // too few columns
 }
 
 }  // namespace
