@@ -13,7 +13,9 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,48 +33,14 @@ using nlohmann::json;
 
 json loadDashboard() { return json::parse(readFile(dashboardsDir() / "grafana" / "chaosbed.json")); }
 
-struct Query {
-  std::string where;  // "panel 'Idle wait by reason' A", "annotation '...'", "variable strategy"
-  std::string expr;
-};
-
-// Every PromQL expression of the dashboard; variable queries contribute the selector inside label_values().
-std::vector<Query> dashboardQueries(const json& d) {
-  std::vector<Query> out;
-  for (const json& p : d.at("panels"))
-    for (const json& t : p.value("targets", json::array()))
-      out.push_back({"panel '" + p.value("title", "") + "' " + t.value("refId", ""), t.at("expr").get<std::string>()});
-  for (const json& a : d.at("annotations").at("list"))
-    if (a.contains("expr")) out.push_back({"annotation '" + a.value("name", "") + "'", a.at("expr").get<std::string>()});
-  static const std::regex kLabelValues(R"(^label_values\((.*),\s*[A-Za-z_][A-Za-z0-9_]*\)$)");
-  for (const json& v : d.at("templating").at("list")) {
-    if (v.value("type", "") != "query") continue;
-    std::string q = v.at("query").is_string() ? v.at("query").get<std::string>() : v.at("query").at("query").get<std::string>();
-    std::smatch m;
-    if (std::regex_match(q, m, kLabelValues)) q = m[1].str();
-    out.push_back({"variable " + v.value("name", ""), q});
-  }
-  return out;
-}
-
-// Grafana's variables replaced by values of the right shape; anything left starting with '$' is unknown.
-std::string substitute(std::string expr) {
-  static const std::vector<std::pair<std::string, std::string>> kVars = {
-      {"${experiment}", ".*"}, {"$experiment", ".*"},   {"${strategy}", ".*"}, {"$strategy", ".*"},
-      {"$__rate_interval", "1m"}, {"$__interval", "15s"}, {"$__range", "1h"}};
-  for (const auto& [from, to] : kVars)
-    for (size_t pos; (pos = expr.find(from)) != std::string::npos;) expr.replace(pos, from.size(), to);
-  return expr;
-}
-
 // Writes the expressions as recording rules and runs `promtool check rules` on them.
-CommandResult promtoolParse(const std::vector<Query>& queries, const TempDir& dir) {
+CommandResult promtoolParse(const std::vector<DashboardQuery>& queries, const TempDir& dir) {
   YAML::Emitter e;
   e << YAML::BeginMap << YAML::Key << "groups" << YAML::Value << YAML::BeginSeq << YAML::BeginMap << YAML::Key
     << "name" << YAML::Value << "dashboard" << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
   for (size_t i = 0; i < queries.size(); ++i)
     e << YAML::BeginMap << YAML::Key << "record" << YAML::Value << "dashboard:query_" + std::to_string(i) << YAML::Key
-      << "expr" << YAML::Value << YAML::DoubleQuoted << substitute(queries[i].expr) << YAML::EndMap;
+      << "expr" << YAML::Value << YAML::DoubleQuoted << substituteVariables(queries[i].expr) << YAML::EndMap;
   e << YAML::EndSeq << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
   const fs::path file = dir.path() / "dashboard_rules.yml";
   std::ofstream(file) << e.c_str();
@@ -125,7 +93,8 @@ TEST(ObservabilityDashboards, EveryDashboardQueryIsValidPromQL) {
   REQUIRE_PROMTOOL();
   const auto queries = dashboardQueries(loadDashboard());
   ASSERT_GE(queries.size(), 15u);
-  for (const auto& q : queries) EXPECT_EQ(substitute(q.expr).find('$'), std::string::npos) << q.where << ": unknown variable";
+  for (const auto& q : queries)
+    EXPECT_EQ(substituteVariables(q.expr).find('$'), std::string::npos) << q.where << ": unknown variable";
   TempDir dir("dashboard_promql");
   auto r = promtoolParse(queries, dir);
   EXPECT_EQ(r.rc, 0) << r.output;
@@ -196,6 +165,70 @@ TEST(ObservabilityDashboards, HasThePanelsTheIssueAsksFor) {
   EXPECT_TRUE(fault_annotation) << "faults should be shown as annotations";
   std::set<int> ids;
   for (const json& p : d.at("panels")) EXPECT_TRUE(ids.insert(p.at("id").get<int>()).second) << "duplicate panel id";
+}
+
+// A run's series go stale as soon as its target file is gone, so a panel that shows one value per series
+// (stat, bar gauge) reads the last value of the dashboard's range: every metric in it sits inside
+// last_over_time(...[$__range]), or the panel goes blank when the run ends.
+TEST(ObservabilityDashboards, InstantPanelsShowTheLastValuesOfTheRange) {
+  static const std::regex kMetric(R"(chaosbed_[A-Za-z0-9_]+)");
+  int instant = 0;
+  for (const auto& q : dashboardQueries(loadDashboard())) {
+    if (!q.instant) continue;
+    ++instant;
+    for (auto it = std::sregex_iterator(q.expr.begin(), q.expr.end(), kMetric); it != std::sregex_iterator(); ++it) {
+      const std::string before = q.expr.substr(0, size_t(it->position()));
+      EXPECT_TRUE(before.ends_with("last_over_time(")) << q.where << ": " << it->str() << " outside last_over_time";
+      const std::string after = q.expr.substr(size_t(it->position() + it->length()));
+      EXPECT_NE(after.find("[$__range])"), std::string::npos) << q.where << ": not over the dashboard's range";
+    }
+  }
+  EXPECT_GE(instant, 10);
+}
+
+TEST(ObservabilityDashboards, LegendsNameTheExperimentAndRatesOfSecondsAreNotSeconds) {
+  for (const json& p : loadDashboard().at("panels")) {
+    const std::string unit = p.value("fieldConfig", json::object()).value("defaults", json::object()).value("unit", "");
+    for (const json& t : p.value("targets", json::array())) {
+      const std::string where = "panel '" + p.value("title", "") + "'";
+      if (p.value("type", "") != "heatmap")
+        EXPECT_NE(t.value("legendFormat", "").find("{{experiment}}"), std::string::npos)
+            << where << ": several experiments may be selected at once; the legend must say which";
+      // rate() of a seconds counter is node-seconds per second: a count of nodes, not a duration.
+      const std::string expr = t.value("expr", "");
+      if (std::regex_search(expr, std::regex(R"(rate\(chaosbed_[a-z_]*seconds_total)")))
+        EXPECT_NE(unit, "s") << where << ": a rate of seconds has no unit of seconds";
+    }
+  }
+}
+
+// Every alert says what it means and links its section of docs/runbook.md.
+TEST(ObservabilityDashboards, EveryAlertHasADescriptionAndARunbookSection) {
+  std::set<std::string> anchors;  // GitHub's heading anchors: lower case, spaces to '-', punctuation dropped
+  std::istringstream runbook(readFile(repoRoot() / "docs" / "runbook.md"));
+  for (std::string line; std::getline(runbook, line);) {
+    if (!line.starts_with("## ")) continue;
+    std::string a;
+    for (char c : line.substr(3))
+      if (std::isalnum(static_cast<unsigned char>(c))) a += char(std::tolower(static_cast<unsigned char>(c)));
+      else if (c == ' ' || c == '-') a += '-';
+    anchors.insert(a);
+  }
+  const YAML::Node rules = YAML::LoadFile((dashboardsDir() / "prometheus" / "rules.yml").string());
+  int alerts = 0;
+  for (const auto& g : rules["groups"])
+    for (const auto& r : g["rules"]) {
+      if (!r["alert"]) continue;
+      ++alerts;
+      const std::string name = r["alert"].as<std::string>();
+      const YAML::Node a = r["annotations"];
+      EXPECT_TRUE(a && a["summary"] && a["description"]) << name << ": needs a summary and a description";
+      ASSERT_TRUE(a && a["runbook_url"]) << name << ": no runbook_url";
+      const std::string url = a["runbook_url"].as<std::string>();
+      ASSERT_TRUE(url.starts_with("docs/runbook.md#")) << name << ": " << url;
+      EXPECT_TRUE(anchors.count(url.substr(url.find('#') + 1))) << name << ": no section for " << url;
+    }
+  EXPECT_GE(alerts, 4);
 }
 
 TEST(ObservabilityDashboards, ProvisioningAndComposeReferToRealFiles) {

@@ -156,6 +156,26 @@ json promQuery(const std::string& prom, const std::string& q) {
 
 double sampleValue(const json& r) { return std::stod(r["value"][1].get<std::string>()); }
 
+// Range query, [start, end] every `step` seconds; the result matrix, or null when the query failed.
+json promRange(const std::string& prom, const std::string& q, double start, double end, double step) {
+  std::string enc;
+  for (unsigned char c : q) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') enc += char(c);
+    else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      enc += buf;
+    }
+  }
+  char window[128];
+  std::snprintf(window, sizeof window, "&start=%.3f&end=%.3f&step=%.3f", start, end, step);
+  auto body = httpGet(prom, "/api/v1/query_range?query=" + enc + window, deadlineIn(10s));
+  if (!body.isOk()) return nullptr;
+  json j = json::parse(*body, nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success") return nullptr;
+  return j["data"]["result"];
+}
+
 // `data` of a Prometheus API GET (/api/v1/targets, /api/v1/rules), or null.
 json promApi(const std::string& prom, const std::string& path) {
   auto body = httpGet(prom, path, deadlineIn(10s));
@@ -231,6 +251,7 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   // --metrics_await_scrape: each strategy trains only once Prometheus has scraped its series at zero, and the
   // run exits only once it has scraped the final values. This run is shorter than discovery's delay (its
   // updates reach the scrape manager every 5 s): without it, a strategy could finish before the first scrape.
+  const double launched_at = double(std::time(nullptr)) - 1;
   ChaosbedRun run(dir.path() / "results", "127.0.0.1:0",
                   {"--metrics_await_scrape", "--set", "metrics.targets_dir=" + targets.string()});
   const std::string addr = run.waitForAddress();
@@ -300,6 +321,21 @@ TEST(ObservabilityRun, RealPrometheusScrapesARun) {
   for (const json& r : idle) total_idle += sampleValue(r);
   EXPECT_GT(total_idle, 0) << "a 2 s worker pause must make someone wait: " << idle.dump();
   std::printf("[observability] idle seconds from Prometheus: %s\n", idle.dump().c_str());
+
+  // Every dashboard panel against the real series, as Grafana would ask after the run: time-series panels
+  // over the run's window, and stat and bar-gauge panels at an instant after the run ended (the run's series
+  // are stale by then, so only the last value of the dashboard's range can show).
+  for (const DashboardQuery& q : dashboardQueries(json::parse(readFile(dashboardsDir() / "grafana" / "chaosbed.json")))) {
+    if (q.where.starts_with("variable")) continue;
+    const std::string expr = substituteVariables(q.expr, "tiny-synthetic", "10m");
+    if (q.instant) {
+      EXPECT_GE(promQuery(prom, expr).size(), 1u) << q.where << " is blank after the run: " << expr;
+    } else {
+      const json m = promRange(prom, expr, launched_at, exited_at + 1, 1);
+      ASSERT_FALSE(m.is_null()) << q.where << ": the query failed: " << expr;
+      EXPECT_GE(m.size(), 1u) << q.where << " has no data over the run: " << expr;
+    }
+  }
 
   // The recording rules ran on the real series. A run of a few seconds gives rate() windows with no change
   // (0/0 = NaN) for some series; the finite ones must be sane and some must show progress.

@@ -1,7 +1,8 @@
 #pragma once
 // Helpers of the observability tests: the repository's dashboards/ folder, running a tool and capturing its
 // output, a child process whose stdout+stderr lines are read with deadlines (the controller, a Prometheus
-// server, a Pushgateway), free loopback ports, and the metric names a PromQL expression refers to.
+// server, a Pushgateway), free loopback ports, the metric names a PromQL expression refers to, and the
+// dashboard's queries with their variables filled in.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,7 +28,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "transports/transport.h"
 
@@ -213,6 +217,46 @@ inline std::set<std::string> metricNames(const std::string& promql) {
   for (auto it = std::sregex_iterator(promql.begin(), promql.end(), kName); it != std::sregex_iterator(); ++it)
     out.insert((*it)[2].str());
   return out;
+}
+
+// A PromQL expression of the Grafana dashboard, and where it sits.
+struct DashboardQuery {
+  std::string where;     // "panel 'Idle wait by reason' A", "annotation '...'", "variable strategy"
+  std::string expr;
+  bool instant = false;  // a panel target queried at one instant (stat, bar gauge): the last values
+};
+
+// Every PromQL expression of the dashboard; variable queries contribute the selector inside label_values().
+inline std::vector<DashboardQuery> dashboardQueries(const nlohmann::json& d) {
+  std::vector<DashboardQuery> out;
+  for (const nlohmann::json& p : d.at("panels"))
+    for (const nlohmann::json& t : p.value("targets", nlohmann::json::array()))
+      out.push_back({"panel '" + p.value("title", "") + "' " + t.value("refId", ""), t.at("expr").get<std::string>(),
+                     t.value("instant", false)});
+  for (const nlohmann::json& a : d.at("annotations").at("list"))
+    if (a.contains("expr")) out.push_back({"annotation '" + a.value("name", "") + "'", a.at("expr").get<std::string>()});
+  static const std::regex kLabelValues(R"(^label_values\((.*),\s*[A-Za-z_][A-Za-z0-9_]*\)$)");
+  for (const nlohmann::json& v : d.at("templating").at("list")) {
+    if (v.value("type", "") != "query") continue;
+    std::string q = v.at("query").is_string() ? v.at("query").get<std::string>()
+                                              : v.at("query").at("query").get<std::string>();
+    std::smatch m;
+    if (std::regex_match(q, m, kLabelValues)) q = m[1].str();
+    out.push_back({"variable " + v.value("name", ""), q});
+  }
+  return out;
+}
+
+// Grafana's variables replaced by values of the right shape (the experiment regex and the dashboard's time
+// range as given); anything left starting with '$' is unknown.
+inline std::string substituteVariables(std::string expr, const std::string& experiment = ".*",
+                                       const std::string& range = "1h") {
+  const std::vector<std::pair<std::string, std::string>> vars = {
+      {"${experiment}", experiment}, {"$experiment", experiment}, {"${strategy}", ".*"}, {"$strategy", ".*"},
+      {"$__rate_interval", "1m"},    {"$__interval", "15s"},      {"$__range", range}};
+  for (const auto& [from, to] : vars)
+    for (size_t pos; (pos = expr.find(from)) != std::string::npos;) expr.replace(pos, from.size(), to);
+  return expr;
 }
 
 }  // namespace chaosbed::observability_test
