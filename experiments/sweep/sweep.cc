@@ -459,13 +459,14 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   }
 
   // Collect: labels in spec order.
-  std::vector<std::string> labels;
+  std::vector<std::string> labels, mirrored_labels;
   std::string ps_label, m_label;
   for (const auto& s : base.strategies) {
     labels.push_back(s.label);
     if (s.kind == spec::StrategyKind::kParameterServer && ps_label.empty()) ps_label = s.label;
-    if (s.kind == spec::StrategyKind::kMirrored && m_label.empty()) m_label = s.label;
+    if (s.kind == spec::StrategyKind::kMirrored) mirrored_labels.push_back(s.label);
   }
+  if (!mirrored_labels.empty()) m_label = mirrored_labels.front();
   std::vector<std::string> axes;
   for (const auto& a : base.sweep.value_or(spec::SweepSpec{}).grid) axes.push_back(a.path);
 
@@ -481,7 +482,8 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   std::map<std::string, const PlannedPoint*> group_point;
   std::map<std::string, double> group_limit;  // where an unreached run is censored
   std::map<std::string, double> group_mtbf;   // run seconds between failures, all the point's faults together
-  std::map<std::string, std::vector<std::pair<std::optional<double>, std::optional<double>>>> pairs;  // by group
+  // group -> mirrored label -> (TTA of the parameter server, TTA of that mirrored strategy) per seed
+  std::map<std::string, std::map<std::string, std::vector<std::pair<std::optional<double>, std::optional<double>>>>> pairs;
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPoint& p = plan[i];
     if (!by_group.count(p.group))
@@ -504,8 +506,9 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       return summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label) &&
              summary["strategies"][label].is_object();
     };
-    if (!ps_label.empty() && !m_label.empty() && has(ps_label) && has(m_label))
-      pairs[p.group].emplace_back(ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m_label]));
+    for (const std::string& m : mirrored_labels)
+      if (!ps_label.empty() && has(ps_label) && has(m))
+        pairs[p.group][m].emplace_back(ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m]));
     for (const auto& label : labels) {
       const nlohmann::json s = summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label)
                                    ? summary["strategies"][label]
@@ -554,7 +557,10 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
           << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.ci_low) : "") << ","
           << (st.reached ? fmt(st.ci_high) : "") << "," << (st.runs ? fmt(st.restricted_mean) : "") << ","
           << (ratio ? fmt(ratio->value) : "") << "," << (ratio ? ratioKindName(ratio->kind) : "") << ",,,,,";
-      const auto paired = pairedRatio(pairs[group], group_limit[group], fnv1a(group));
+      // A mirrored strategy's row pairs the parameter server with it; the parameter server's row with the
+      // first mirrored strategy.
+      const bool mirrored_row = std::find(mirrored_labels.begin(), mirrored_labels.end(), label) != mirrored_labels.end();
+      const auto paired = pairedRatio(pairs[group][mirrored_row ? label : m_label], group_limit[group], fnv1a(group));
       if (paired)
         csv << "," << paired->pairs << "," << paired->censored_pairs << "," << fmt(paired->geomean) << ","
             << fmt(paired->ci_low) << "," << fmt(paired->ci_high);

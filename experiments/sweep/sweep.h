@@ -8,7 +8,9 @@
 //                    load at its start, quiet) and the strategy's place in the run order; then one "summary"
 //                    row per (grid point or baseline, strategy): runs, reached, censored_fraction, mean TTA
 //                    and its 95% CI (plus the restricted mean and the point's TTA ratio and its kind, see
-//                    below), and the ratio paired by seed with its bootstrap CI (pairedRatio)
+//                    below), and the ratio paired by seed with its bootstrap CI (pairedRatio): on a mirrored
+//                    strategy's row TTA(parameter_server) / TTA(that strategy), on the parameter server's row
+//                    the same against the first mirrored strategy
 //
 // Strategies' runs are interleaved: a point at an odd position in the seed list runs its strategies in the
 // reverse order, so that neither always runs first on a warm or a cold machine.
