@@ -214,11 +214,16 @@ Status drainAndRemove(int version, const std::string& dir, bool freezable, std::
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));
   }
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-    int err = errno;
-    return Status::ioError("cgroup: rmdir " + dir + ": " + errnoText(err));
+  // A killed task leaves cgroup.procs before it has finished exiting (a large address space takes a while
+  // to tear down, e.g. under ThreadSanitizer); until it has, rmdir says EBUSY.
+  for (;;) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return Status::ok();
+    const int err = errno;
+    if (err != EBUSY || std::chrono::steady_clock::now() >= deadline)
+      return Status::ioError("cgroup: rmdir " + dir + ": " + errnoText(err));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
   }
-  return Status::ok();
 }
 
 // Enables the cpu controller for the children of dir (v2); returns the kernel's complaint if it refuses.

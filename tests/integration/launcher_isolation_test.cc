@@ -243,7 +243,8 @@ TEST_F(CgroupTest, V2FreezerOnTheHybridUnifiedMount) {
   EXPECT_TRUE(child.awaitProgress(at_freeze, 5s));
   EXPECT_GE(cg->cpuUsage().value(), std::chrono::microseconds(1));  // cpu.stat exists without the controller
   ASSERT_TRUE(cg->freeze().isOk());
-  ASSERT_TRUE(removeGroup(group_, roots).isOk());  // thaws, kills, removes
+  const Status removed = removeGroup(group_, roots);  // thaws, kills, removes
+  ASSERT_TRUE(removed.isOk()) << removed.toString();
   int status = child.reap();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   EXPECT_FALSE(fs::exists(unified + "/chaosbed/" + group_));
