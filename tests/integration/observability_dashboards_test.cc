@@ -187,7 +187,8 @@ TEST(ObservabilityDashboards, InstantPanelsShowTheLastValuesOfTheRange) {
 }
 
 TEST(ObservabilityDashboards, LegendsNameTheExperimentAndRatesOfSecondsAreNotSeconds) {
-  for (const json& p : loadDashboard().at("panels")) {
+  const json d = loadDashboard();  // a named value: panels are references into it
+  for (const json& p : d.at("panels")) {
     const std::string unit = p.value("fieldConfig", json::object()).value("defaults", json::object()).value("unit", "");
     for (const json& t : p.value("targets", json::array())) {
       const std::string where = "panel '" + p.value("title", "") + "'";
