@@ -136,8 +136,8 @@ TEST(ObservabilityRun, LiveScrapeIsCleanAndCoversDashboardsAndRules) {
   for (const auto& name : used) EXPECT_TRUE(exported.count(name)) << name << " is used by dashboards/ but the run never exported it";
 }
 
-// Instant query through Prometheus's HTTP API; the result vector.
-json promQuery(const std::string& prom, const std::string& q) {
+// A query string's value, percent-encoded.
+std::string urlEncode(const std::string& q) {
   std::string enc;
   for (unsigned char c : q) {
     if (std::isalnum(c) || c == '_' || c == '-' || c == '.') enc += char(c);
@@ -147,7 +147,12 @@ json promQuery(const std::string& prom, const std::string& q) {
       enc += buf;
     }
   }
-  auto body = httpGet(prom, "/api/v1/query?query=" + enc, deadlineIn(10s));
+  return enc;
+}
+
+// Instant query through Prometheus's HTTP API; the result vector.
+json promQuery(const std::string& prom, const std::string& q) {
+  auto body = httpGet(prom, "/api/v1/query?query=" + urlEncode(q), deadlineIn(10s));
   if (!body.isOk()) return json::array();
   json j = json::parse(*body, nullptr, false);
   if (j.is_discarded() || j.value("status", "") != "success") return json::array();
@@ -158,18 +163,9 @@ double sampleValue(const json& r) { return std::stod(r["value"][1].get<std::stri
 
 // Range query, [start, end] every `step` seconds; the result matrix, or null when the query failed.
 json promRange(const std::string& prom, const std::string& q, double start, double end, double step) {
-  std::string enc;
-  for (unsigned char c : q) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') enc += char(c);
-    else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      enc += buf;
-    }
-  }
   char window[128];
   std::snprintf(window, sizeof window, "&start=%.3f&end=%.3f&step=%.3f", start, end, step);
-  auto body = httpGet(prom, "/api/v1/query_range?query=" + enc + window, deadlineIn(10s));
+  auto body = httpGet(prom, "/api/v1/query_range?query=" + urlEncode(q) + window, deadlineIn(10s));
   if (!body.isOk()) return nullptr;
   json j = json::parse(*body, nullptr, false);
   if (j.is_discarded() || j.value("status", "") != "success") return nullptr;
