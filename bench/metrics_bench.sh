@@ -12,9 +12,11 @@ work="$(mktemp -d /tmp/chaosbed_metrics_bench.XXXXXX)"
 trap 'kill $run_pid 2>/dev/null || true; rm -rf "$work"' EXIT
 run_pid=
 
-g++ -std=c++20 -O2 -DNDEBUG -I"$root" -o "$work/metrics_bench" "$root/bench/metrics_bench.cc" \
-  "$root/core/metrics/accounting.cc" "$root/core/metrics/exporter.cc" "$root/core/metrics/prometheus_scrape.cc" "$root/core/metrics/prometheus_http_server.cc" \
-  "$root/transports/status.cc" -lprometheus-cpp-push -lprometheus-cpp-core -lpthread
+[ -f "$build/core/libchaosbed_core.a" ] || { echo "metrics_bench: no $build/core/libchaosbed_core.a: build first (scripts/build.sh)" >&2; exit 4; }
+# Against the built libraries, so that the bench measures the exporter the product runs.
+g++ -std=c++20 -O2 -DNDEBUG -I"$root" -I"$build/generated/include" -o "$work/metrics_bench" "$root/bench/metrics_bench.cc" \
+  "$build/core/libchaosbed_core.a" "$build/transports/libchaosbed_transports.a" \
+  -lprometheus-cpp-core -lglog -lgflags -lyaml-cpp -lcrypto -lz -lucp -luct -lucs -lucm -lpthread
 echo "== micro-benchmarks"
 "$work/metrics_bench" micro | tee "$work/micro.txt"
 
@@ -29,7 +31,7 @@ stdbuf -oL "$build/chaosbed" run "$work/four.yaml" --out "$work/results" --metri
 run_pid=$!
 addr=
 for _ in $(seq 1 600); do
-  addr="$(sed -n 's|^metrics: http://\([^/]*\)/metrics|\1|p' "$work/run.log" | head -1)"
+  addr="$(sed -n 's|^metrics: http://\([^/]*\)/metrics.*|\1|p' "$work/run.log" | head -1)"
   [ -n "$addr" ] && break
   kill -0 $run_pid 2>/dev/null || break
   sleep 0.1
