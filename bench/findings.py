@@ -202,7 +202,8 @@ def main():
     w(f"- Machine: {', '.join(hosts) or '?'}; {', '.join(cpus) or '?'}, {', '.join(map(str, cores)) or '?'} cores. "
       f"Load average (1 min) at the start of each point: median {fnum(sorted(loads)[len(loads) // 2]) if loads else '?'}, "
       f"max {fnum(max(loads)) if loads else '?'}; {unquiet} of {len(provenance)} points started above half the "
-      "cores (not quiet).")
+      "cores (marked not quiet). Runs follow each other, so the 1-minute load average at a point's start still "
+      "holds the previous run's own load (bench/preemption_finding.sh is run on an otherwise idle machine).")
     w(f"- Build: " + "; ".join(f"{c}{' (dirty tree)' if d else ''}" for c, d in commits) + ".")
     if starts and ends:
         w(f"- From {starts[0]} to {ends[-1]} (UTC).")
