@@ -17,6 +17,7 @@ Exit 0 written, 2 bad input (the file and line are named), 4 matplotlib missing.
 """
 import argparse
 import csv
+import glob
 import json
 import math
 import os
@@ -255,6 +256,19 @@ def plot_node_time(ax, rows, label):
     ax.grid(alpha=0.3)
 
 
+def parameter_server_labels(sweep_dir, strategies):
+    """The parameter-server strategies, from a point's summary.json when the sweep directory is there, else
+    by the default label."""
+    for path in sorted(glob.glob(os.path.join(sweep_dir, "points", "*", "summary.json")))[:1]:
+        try:
+            with open(path) as f:
+                s = json.load(f)
+            return {l for l, st in s.get("strategies", {}).items() if st.get("kind") == "parameter_server"}
+        except (OSError, ValueError):
+            pass
+    return {l for l in strategies if l == "parameter_server"}
+
+
 def plot_sweep(plt, csv_path, out_dir, formats):
     rows, header = read_csv(csv_path, ["row", "group", "seed", "strategy", "tta_mean", "tta_ci95_low", "tta_ci95_high"])
     axes_cols = header[header.index("seed") + 1:header.index("strategy")]
@@ -295,23 +309,29 @@ def plot_sweep(plt, csv_path, out_dir, formats):
         ax.errorbar(xs, ys, yerr=err, color=color, capsize=3, lw=1.4, label=label, gid=f"tta-{label}")
         for p in pts:
             ax.plot([p[0]], [p[1]], "o", color=color, mfc="white" if p[4] else color, ms=5)
+    # One paired-ratio line per mirrored strategy: its rows carry PS / it (the PS's own row repeats the first).
+    ps_labels = parameter_server_labels(os.path.dirname(os.path.abspath(csv_path)), strategies)
     ratio_pts = []
-    seen = set()
-    for r in summaries:
-        x = x_of(r)
-        if x is None or x in seen or r.get("paired_ratio_geomean", "") == "":
+    for i, label in enumerate(strategies):
+        if label in ps_labels:
             continue
-        seen.add(x)
-        v = field(r, "paired_ratio_geomean")
-        # Too few pairs for a bootstrap CI leave its bounds empty: show the point alone.
-        lo = field(r, "paired_ci95_low") if r.get("paired_ci95_low", "") != "" else v
-        hi = field(r, "paired_ci95_high") if r.get("paired_ci95_high", "") != "" else v
-        ratio_pts.append((x, v, lo, hi))
-    ratio_pts.sort()
-    if ratio_pts:
-        ax_ratio.errorbar([p[0] for p in ratio_pts], [p[1] for p in ratio_pts],
-                          yerr=[[p[1] - p[2] for p in ratio_pts], [p[3] - p[1] for p in ratio_pts]], color="#333",
-                          capsize=3, marker="o", ms=4, gid="paired-ratio")
+        pts = []
+        for r in summaries:
+            x = x_of(r)
+            if r["strategy"] != label or x is None or r.get("paired_ratio_geomean", "") == "":
+                continue
+            v = field(r, "paired_ratio_geomean")
+            # Too few pairs for a bootstrap CI leave its bounds empty: show the point alone.
+            lo = field(r, "paired_ci95_low") if r.get("paired_ci95_low", "") != "" else v
+            hi = field(r, "paired_ci95_high") if r.get("paired_ci95_high", "") != "" else v
+            pts.append((x, v, lo, hi))
+        pts.sort()
+        if pts:
+            ax_ratio.errorbar([p[0] for p in pts], [p[1] for p in pts],
+                              yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
+                              color=STRATEGY_COLORS[i % len(STRATEGY_COLORS)], capsize=3, marker="o", ms=4,
+                              label=f"PS / {label}", gid=f"paired-ratio-{label}")
+        ratio_pts += pts
     ax_ratio.axhline(1.0, color="#999", lw=0.8, ls="--")
     for a in (ax, ax_ratio):
         a.set_xlabel(axis or "point")
@@ -323,7 +343,9 @@ def plot_sweep(plt, csv_path, out_dir, formats):
     ax.set_title("hollow: some runs never reached the target", fontsize=8, loc="left")
     ax.legend(fontsize=8)
     ax_ratio.set_ylabel("TTA ratio paired by seed (geometric mean)")
-    ax_ratio.set_title("parameter server / mirrored; < 1: the PS is faster", fontsize=8, loc="left")
+    ax_ratio.set_title("< 1: the parameter server is faster", fontsize=8, loc="left")
+    if ratio_pts:
+        ax_ratio.legend(fontsize=8)
     written = save(fig, out_dir, "sweep", formats)
     plt.close(fig)
     return written
