@@ -67,15 +67,15 @@ def main():
             strategies.append(r["strategy"])
 
     # Recipes, kinds and provenance from the points' own summaries.
-    recipes, kinds, provenance = {}, {}, []
+    recipes, kinds, provenance, s = {}, {}, [], {}
     for path in sorted(glob.glob(os.path.join(args.sweep, "points", "*", "summary.json"))):
-        s = load_json(path)
+        s = load_json(path)  # the last one also names the experiment and its target below
         provenance.append(s.get("provenance", {}))
         for label, st in s.get("strategies", {}).items():
             recipes.setdefault(label, st.get("recipe"))
             kinds.setdefault(label, st.get("kind"))
-    experiment = s.get("experiment", args.name) if provenance else args.name
-    target = s.get("target_accuracy") if provenance else None
+    experiment = s.get("experiment", args.name)
+    target = s.get("target_accuracy")
     commits = sorted({(p.get("commit", "?"), bool(p.get("dirty"))) for p in provenance})
     loads = [p["load1_at_start"] for p in provenance if isinstance(p.get("load1_at_start"), (int, float))]
     cores = sorted({p.get("cpu_cores") or p.get("cores") for p in provenance} - {None})

@@ -386,7 +386,7 @@ std::string ConfigNode::oneOf(const std::string& key, std::initializer_list<std:
                               std::string fallback) const {
   ConfigNode c = child(key);
   c.recordChoices(choices);
-  if (!fallback.empty()) c.recordDefault(fallback);
+  c.recordDefault(fallback);  // an empty fallback ("not given") is not recorded
   if (c.isNull()) return fallback;
   return c.asOneOf(choices, std::move(fallback));
 }

@@ -61,7 +61,6 @@ bool checkMetricsFlags(const char* command) {
   return checkPushGatewayFlag(command);
 }
 
-
 int runExperiment(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: chaosbed run SPEC [--out DIR] [--set PATH=VALUE]...; `chaosbed run --help` lists the flags\n");

@@ -264,7 +264,7 @@ Result<StrategyResult> Supervisor::run() {
   }
   // Every series exists, at zero, before the first step: Prometheus's rate() takes a counter's first scraped
   // value as its start, so a counter first seen after most of a short run would show no progress at all.
-  exportMetrics(chaos_controller.get());
+  exportMetrics(chaos_controller.get(), allNodeStats());
   if (ctx_.metrics && ctx_.await_scrape) awaitScrape(*ctx_.metrics, "before " + strategy_.label + " starts");
   start_ns_ = realtimeNs();
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
@@ -295,19 +295,17 @@ Result<StrategyResult> Supervisor::run() {
       if (launcher_->running(nodeName("worker", i))) running_workers.insert(i);
     const bool any_worker = !running_workers.empty();
     if (SteadyClock::now() - last_progress >= 500ms) {
-      const NodeStats w = collectStats("worker", workers_);
+      const StatsByNode stats = allNodeStats();
+      const NodeStats w = roleTotal(stats, "worker", workers_);
       step_samples_.emplace_back(t, w.steps);
       // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
       const bool sample_nodes = t - last_node_sample_t >= kNodeSampleInterval;
-      if (chaos_controller || sample_nodes) {
-        for (const std::string& name : names_) {
-          const NodeStats n = nodeStats(name);
-          if (chaos_controller)
-            chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
-          if (sample_nodes) result_.node_samples.push_back({t, name, n.wall_seconds, n.seconds});
-        }
-        if (sample_nodes) last_node_sample_t = t;
+      for (const auto& [name, n] : stats) {
+        if (chaos_controller)
+          chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
+        if (sample_nodes) result_.node_samples.push_back({t, name, n.wall_seconds, n.seconds});
       }
+      if (sample_nodes) last_node_sample_t = t;
       // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
       // training recovers when a worker says so (the "recovered" event after its first step past the fault).
       if (w.steps > last_steps) {
@@ -334,7 +332,7 @@ Result<StrategyResult> Supervisor::run() {
           for (chaos::FaultKind kind : chaos::kAllFaultKinds) p.faults_active += chaos_controller->activeFaults(kind);
         ctx_.on_progress(p);
       }
-      exportMetrics(chaos_controller.get());
+      exportMetrics(chaos_controller.get(), stats);
       last_steps = w.steps;
       last_progress_t = t;
       last_progress = SteadyClock::now();
@@ -368,15 +366,12 @@ Result<StrategyResult> Supervisor::run() {
   (void)launcher_->waitExit(nodeName("evaluator", 0), deadlineIn(10s));
   (void)launcher_->stopAll(3000ms);
   readEvents();
-  result_.workers = collectStats("worker", workers_);
-  result_.servers = collectStats("ps", servers_);
-  {
-    const double t_end = std::max(now(), last_node_sample_t);
-    for (const std::string& name : names_) {
-      const NodeStats n = nodeStats(name);
-      result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
-    }
-  }
+  // Every node has stopped: these are the final stats.
+  const StatsByNode final_stats = allNodeStats();
+  result_.workers = roleTotal(final_stats, "worker", workers_);
+  result_.servers = roleTotal(final_stats, "ps", servers_);
+  const double t_end = std::max(now(), last_node_sample_t);
+  for (const auto& [name, n] : final_stats) result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
   accountingResidual();
   {
     MutexLock lock(exits_mu_);
@@ -397,7 +392,7 @@ Result<StrategyResult> Supervisor::run() {
     execute(supervision_->onProgress(result_.workers.steps, result_.wall_seconds));
     result_.failures = supervision_->failures();
   }
-  exportMetrics(chaos_controller.get());  // fault gauges too: every fault has been reverted by now
+  exportMetrics(chaos_controller.get(), final_stats);  // fault gauges too: every fault has been reverted by now
   return result_;
 }
 

@@ -195,7 +195,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // Sets result_.accounting_residual from the final report of every worker and server process.
   void accountingResidual();
   NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
-  void exportMetrics(const chaos::Controller* chaos_controller);
+  // Every node's stats, read once (a tick's triggers, samples, totals and gauges all come from one read).
+  using StatsByNode = std::map<std::string, NodeStats>;
+  StatsByNode allNodeStats() const;
+  static NodeStats roleTotal(const StatsByNode& stats, const std::string& role, int count);
+  void exportMetrics(const chaos::Controller* chaos_controller, const StatsByNode& stats);
   int aliveCount() const;
   int64_t totalWorkerSteps() const;
   // Carries out Supervision's decisions, in order.

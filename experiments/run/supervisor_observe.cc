@@ -178,7 +178,20 @@ NodeStats Supervisor::collectStats(const std::string& role, int count) const {
   return total;
 }
 
-void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
+Supervisor::StatsByNode Supervisor::allNodeStats() const {
+  StatsByNode out;
+  for (const std::string& name : names_) out.emplace(name, nodeStats(name));
+  return out;
+}
+
+NodeStats Supervisor::roleTotal(const StatsByNode& stats, const std::string& role, int count) {
+  NodeStats total;
+  for (int i = 0; i < count; ++i)
+    if (auto it = stats.find(nodeName(role, i)); it != stats.end()) total.merge(it->second);
+  return total;
+}
+
+void Supervisor::exportMetrics(const chaos::Controller* chaos_controller, const StatsByNode& stats) {
   if (!ctx_.metrics) return;
   const std::string& exp = spec_.metadata.name;
   std::map<std::string, int> alive;
@@ -187,7 +200,8 @@ void Supervisor::exportMetrics(const chaos::Controller* chaos_controller) {
     if (!id) continue;
     const std::string role = control::roleName(id->role);
     alive[role] += launcher_->running(name) ? 1 : 0;
-    if (role != "evaluator") ctx_.metrics->updateNode({exp, strategy_.label, role, name}, nodeStats(name));
+    if (auto it = stats.find(name); role != "evaluator" && it != stats.end())
+      ctx_.metrics->updateNode({exp, strategy_.label, role, name}, it->second);
   }
   for (const auto& [role, n] : alive) ctx_.metrics->setNodesAlive(exp, strategy_.label, role, n);
   ctx_.metrics->setRunning(exp, strategy_.label, !stop_sent_, now());
