@@ -3,18 +3,22 @@
 # present are skipped by apt. Runs as root, or through sudo when not root.
 #   --with-observability  also Prometheus and the Pushgateway (the tests against a real Prometheus; they skip
 #                         with a message without them)
+#   --with-browser        also Chromium (the test that checks report.html as a browser draws it; it skips
+#                         with a message without it)
 #   --with-bench          also the benchmarks' peers: PyTorch (bench/torch_train.py), Open MPI and Gloo
 #                         (bench/allreduce_compare.sh)
 set -euo pipefail
 
 with_observability=false
 with_bench=false
+with_browser=false
 for arg in "$@"; do
   case "$arg" in
     --with-observability) with_observability=true ;;
     --with-bench) with_bench=true ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install-deps: unknown option '$arg' (--with-observability, --with-bench)" >&2; exit 2 ;;
+    --with-browser) with_browser=true ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown option '$arg' (--with-observability, --with-browser, --with-bench)" >&2; exit 2 ;;
   esac
 done
 
@@ -36,6 +40,7 @@ packages=(
   procps iproute2 python3 groff-base python3-jsonschema python3-yaml python3-matplotlib
 )
 if $with_observability; then packages+=(prometheus prometheus-pushgateway); fi
+if $with_browser; then packages+=(chromium fonts-dejavu-core); fi
 # PyTorch on Debian's Python and the system OpenBLAS; Open MPI and Gloo for the all-reduce comparison.
 if $with_bench; then packages+=(python3-torch openmpi-bin libopenmpi-dev libgloo-dev); fi
 
