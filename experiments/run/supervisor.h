@@ -87,7 +87,12 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::vector<chaos::NodeInfo> nodes() const override { return all_nodes_; }
   Result<pid_t> processGroup(const std::string& node) override {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
-    return launcher_->pid(node);
+    Result<pid_t> pid = launcher_->pid(node);
+    // Not running (it left on a preemption notice, or died and awaits its replacement) is NotFound by the
+    // Cluster contract: the controller logs a fault on it as skipped, not failed.
+    if (!pid.isOk() && pid.status().code() == StatusCode::kUnavailable)
+      return Status::notFound(node + " is not running");
+    return pid;
   }
   NodeCgroup* cgroup(const std::string& node) override { return known(node) ? launcher_->cgroup(node) : nullptr; }
   double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }

@@ -367,6 +367,11 @@ chaos:
   const auto exited = find("notice", "node.exited", "worker-1");
   ASSERT_TRUE(exited.is_object());
   EXPECT_EQ(exited["how"], "exited with code 0") << exited.dump();
+  // Its SIGKILL after the grace finds nothing to kill: skipped, not a failed fault.
+  const auto escalation = find("notice", "chaos.skipped", "worker-1");
+  ASSERT_TRUE(escalation.is_object()) << "the escalation on a node that left is not logged as skipped";
+  EXPECT_EQ(escalation["action"], "escalate") << escalation.dump();
+  for (const char* label : {"notice", "plain"}) EXPECT_FALSE(find(label, "chaos.failed", "worker-1").is_object()) << label;
   // Without it: nothing saved, nothing restored, every update of the first incarnation lost.
   EXPECT_FALSE(find("plain", "notice_checkpoint", "ps-0").is_object());
   EXPECT_FALSE(find("plain", "restored", "ps-0").is_object());
