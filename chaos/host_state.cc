@@ -97,6 +97,12 @@ RunClaim::RunClaim(RunClaim&& other) noexcept : dir_(std::move(other.dir_)), own
   other.dir_.clear();
 }
 
+Result<std::string> RunClaim::scratchDir() const {
+  const std::string dir = dir_ + "/@scratch";
+  CHAOSBED_RETURN_IF_ERROR(prepareOwnDirectory(dir, 0700, "the run's scratch directory"));
+  return dir;
+}
+
 RunClaim::~RunClaim() {
   if (dir_.empty()) return;
   std::error_code ec;

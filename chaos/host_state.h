@@ -51,6 +51,10 @@ class RunClaim {
   const std::string& owner() const { return owner_; }  // the prefix of the run's cgroup groups
   // The chaos state directory of one strategy (not created: the chaos controller creates it).
   std::string stateDir(const std::string& label) const { return dir_ + "/" + label; }
+  // A private directory for the run's own files that must go when it does (the nodes' copy of the dataset):
+  // created 0700 on first use, removed with the claim (also by a heal after a crash). Its name holds '@',
+  // which strategy labels cannot, so it never meets a state directory.
+  Result<std::string> scratchDir() const;
 
  private:
   RunClaim(std::string dir, std::string owner) : dir_(std::move(dir)), owner_(std::move(owner)) {}

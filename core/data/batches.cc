@@ -1,7 +1,6 @@
 #include "core/data/batches.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "core/data/random.h"
@@ -63,7 +62,7 @@ void BatchIterator::startEpoch(uint64_t epoch) {
   cursor_ = 0;
 }
 
-void BatchIterator::next(Batch& out) {
+Status BatchIterator::next(Batch& out) {
   if (cursor_ >= order_.size()) startEpoch(epoch_ + 1);
   const size_t n = std::min(batch_size_, order_.size() - cursor_);
   const size_t dims = dataset_->dims;
@@ -73,10 +72,11 @@ void BatchIterator::next(Batch& out) {
   out.dims = dims;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t s = order_[cursor_ + i];
-    std::memcpy(out.images.data() + i * dims, dataset_->images.data() + size_t{s} * dims, dims * sizeof(float));
+    CHAOSBED_RETURN_IF_ERROR(dataset_->copySample(s, out.images.data() + i * dims));
     out.labels[i] = dataset_->labels[s];
   }
   cursor_ += n;
+  return Status::ok();
 }
 
 }  // namespace chaosbed::data

@@ -42,7 +42,8 @@ class BatchIterator {
                                       uint64_t start_epoch = 0);
 
   // Copies the next batch into `out` (reusing its storage: no allocation once it has held a full batch).
-  void next(Batch& out);
+  // An error only when the dataset's file fails to read.
+  [[nodiscard]] Status next(Batch& out);
 
   // Position of the next batch: its epoch, and its index within the epoch.
   uint64_t epoch() const { return epoch_; }

@@ -2,6 +2,9 @@
 // of dimensions; then one 32-bit size per dimension) followed by the data. zlib's gz* functions read
 // gzip-compressed and raw files alike.
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -40,6 +43,9 @@ class IdxFile {
   }
 
   const std::vector<uint32_t>& shape() const { return shape_; }
+  // Whether the file is raw (zlib copies it through) rather than a gzip stream; known once the header is read.
+  bool raw() const { return gzdirect(file_.get()) == 1; }
+  size_t headerBytes() const { return 4 + 4 * shape_.size(); }
   uint64_t elements() const {
     uint64_t n = 1;
     for (uint32_t d : shape_) n *= d;
@@ -120,14 +126,83 @@ class IdxFile {
 
 }  // namespace
 
+std::shared_ptr<const PixelSource> PixelSource::inMemory(std::vector<uint8_t> bytes) {
+  std::shared_ptr<PixelSource> source(new PixelSource());
+  source->size_ = bytes.size();
+  source->memory_ = std::move(bytes);
+  return source;
+}
+
+Result<std::shared_ptr<const PixelSource>> PixelSource::inFile(const std::string& path, size_t offset,
+                                                              size_t size) {
+  std::shared_ptr<PixelSource> source(new PixelSource());
+  source->path_ = path;
+  source->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (source->fd_ < 0) return Status::ioError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(source->fd_, &st) != 0 || !S_ISREG(st.st_mode)) return Status::ioError(path + ": not a regular file");
+  const size_t file_bytes = size_t(st.st_size);
+  if (file_bytes < offset + size)
+    return Status::dataLoss(path + ": truncated: header promises " + std::to_string(size) + " data bytes, file holds " +
+                            std::to_string(file_bytes > offset ? file_bytes - offset : 0));
+  if (file_bytes > offset + size)
+    return Status::dataLoss(path + ": trailing bytes after the " + std::to_string(size) +
+                            " data bytes the header promises");
+  source->file_offset_ = offset;
+  source->size_ = size;
+  return std::shared_ptr<const PixelSource>(std::move(source));
+}
+
+PixelSource::~PixelSource() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status PixelSource::read(size_t first, size_t n, uint8_t* out) const {
+  if (first > size_ || n > size_ - first)
+    return Status::invalidArgument("pixels [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                                   ") beyond the " + std::to_string(size_) + " held");
+  if (fd_ < 0) {
+    std::memcpy(out, memory_.data() + first, n);
+    return Status::ok();
+  }
+  for (size_t done = 0; done < n;) {
+    const ssize_t got = ::pread(fd_, out + done, n - done, off_t(file_offset_ + first + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return Status::ioError(path_ + ": read failed: " + std::strerror(errno));
+    if (got == 0) return Status::dataLoss(path_ + ": shorter than when it was opened");
+    done += size_t(got);
+  }
+  return Status::ok();
+}
+
+Status Dataset::copySamples(size_t first, size_t count, float* out) const {
+  const size_t n = count * dims;
+  if (!pixels) {
+    std::memcpy(out, images.data() + first * dims, n * sizeof(float));
+    return Status::ok();
+  }
+  uint8_t chunk[16384];
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(n - done, sizeof chunk);
+    CHAOSBED_RETURN_IF_ERROR(pixels->read(first * dims + done, m, chunk));
+    for (size_t i = 0; i < m; ++i) out[done + i] = float(chunk[i]) * (1.0f / 255.0f);
+    done += m;
+  }
+  return Status::ok();
+}
+
 Result<Dataset> readIdxImages(const std::string& path) {
   CHAOSBED_ASSIGN_OR_RETURN(IdxFile f, IdxFile::open(path, 3));
-  std::vector<uint8_t> bytes(f.elements());
-  CHAOSBED_RETURN_IF_ERROR(f.readPayload(bytes));
   Dataset d;
   d.dims = size_t{f.shape()[1]} * f.shape()[2];
-  d.images.resize(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) d.images[i] = static_cast<float>(bytes[i]) * (1.0f / 255.0f);
+  const size_t bytes = f.elements();
+  if (f.raw()) {
+    CHAOSBED_ASSIGN_OR_RETURN(d.pixels, PixelSource::inFile(path, f.headerBytes(), bytes));
+  } else {
+    std::vector<uint8_t> buffer(bytes);
+    CHAOSBED_RETURN_IF_ERROR(f.readPayload(buffer));
+    d.pixels = PixelSource::inMemory(std::move(buffer));
+  }
   d.labels.assign(f.shape()[0], 0);
   return d;
 }
@@ -162,21 +237,78 @@ Result<Dataset> loadIdxDataset(const std::string& images_path, const std::string
   return d;
 }
 
+namespace {
+
+constexpr const char* kSplitFiles[][2] = {{"train-images-idx3-ubyte", "train-labels-idx1-ubyte"},
+                                          {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}};
+
+// NAME when it exists (raw files are mapped), else NAME.gz.
+std::string pickFile(const std::string& dir, const std::string& name) {
+  std::error_code ec;
+  const std::string raw = dir + "/" + name;
+  if (std::filesystem::exists(raw, ec)) return raw;
+  return raw + ".gz";
+}
+
+}  // namespace
+
+Result<Dataset> loadMnistSplit(const std::string& dir, const std::string& split) {
+  for (const auto& files : kSplitFiles)
+    if (std::string(files[0]).starts_with(split + "-"))
+      return loadIdxDataset(pickFile(dir, files[0]), pickFile(dir, files[1]));
+  return Status::invalidArgument("unknown split '" + split + "' (train or t10k)");
+}
+
 Result<DatasetSplits> loadMnistLayout(const std::string& dir) {
-  auto pick = [&dir](const std::string& name) {
-    const std::string gz = dir + "/" + name + ".gz";
-    std::error_code ec;
-    if (std::filesystem::exists(gz, ec) || !std::filesystem::exists(dir + "/" + name, ec)) return gz;
-    return dir + "/" + name;
-  };
   DatasetSplits s;
-  CHAOSBED_ASSIGN_OR_RETURN(s.train, loadIdxDataset(pick("train-images-idx3-ubyte"), pick("train-labels-idx1-ubyte")));
-  CHAOSBED_ASSIGN_OR_RETURN(s.test, loadIdxDataset(pick("t10k-images-idx3-ubyte"), pick("t10k-labels-idx1-ubyte")));
+  CHAOSBED_ASSIGN_OR_RETURN(s.train, loadMnistSplit(dir, "train"));
+  CHAOSBED_ASSIGN_OR_RETURN(s.test, loadMnistSplit(dir, "t10k"));
   if (s.train.dims != s.test.dims) {
     return Status::invalidArgument(dir + ": train images have " + std::to_string(s.train.dims) +
                                    " pixels but test images " + std::to_string(s.test.dims));
   }
   return s;
+}
+
+Status writeRawMnistLayout(const std::string& from, const std::string& to) {
+  for (const auto& files : kSplitFiles) {
+    for (const char* name : files) {
+      const std::string source = pickFile(from, name);
+      std::error_code ec;
+      if (!std::filesystem::exists(source, ec)) return Status::notFound(source + ": no such file");
+      GzFile in(gzopen(source.c_str(), "rb"));
+      if (!in) return Status::ioError(source + ": cannot open: " + std::strerror(errno));
+      const std::string target = to + "/" + name, temporary = target + ".partial";
+      ::unlink(temporary.c_str());  // a leftover of an interrupted copy (unlink never follows a link)
+      const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0) return Status::ioError(temporary + ": cannot create: " + std::strerror(errno));
+      std::vector<uint8_t> chunk(1 << 20);
+      Status status;
+      for (;;) {
+        const int got = gzread(in.get(), chunk.data(), unsigned(chunk.size()));
+        if (got < 0) {
+          int errnum = 0;
+          const char* msg = gzerror(in.get(), &errnum);
+          status = Status::ioError(source + ": read error: " + (errnum == Z_ERRNO ? std::strerror(errno) : msg));
+          break;
+        }
+        if (got == 0) break;
+        if (::write(fd, chunk.data(), size_t(got)) != got) {
+          status = Status::ioError(temporary + ": write failed: " + std::strerror(errno));
+          break;
+        }
+      }
+      if (::close(fd) != 0 && status.isOk()) status = Status::ioError(temporary + ": close failed: " + std::strerror(errno));
+      if (status.isOk() && ::rename(temporary.c_str(), target.c_str()) != 0)
+        status = Status::ioError(target + ": rename failed: " + std::strerror(errno));
+      if (!status.isOk()) {
+        ::unlink(temporary.c_str());
+        return status;
+      }
+    }
+  }
+  // The copy is what the nodes will load: load it once here, so that a bad source fails the run at its start.
+  return loadMnistLayout(to).status();
 }
 
 }  // namespace chaosbed::data

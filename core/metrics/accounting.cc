@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "core/config/json_fields.h"
 
@@ -36,6 +39,15 @@ nlohmann::json Histogram::toJson() const {
 }
 
 namespace {
+
+// The process's peak resident set (VmHWM of /proc/self/status), 0 where it cannot be read.
+int64_t peakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) return std::atoll(line.c_str() + 6) * 1024;
+  return 0;
+}
 
 // Magnitudes beyond it are not measurements (and sums of a few of them stay finite).
 constexpr double kMaxMagnitude = 1e18;
@@ -122,6 +134,7 @@ nlohmann::json NodeStats::toJson() const {
           {"checkpoints_written", checkpoints_written},
           {"checkpoint_failures", checkpoint_failures},
           {"recoveries", recoveries},
+          {"peak_rss_bytes", peak_rss_bytes},
           {"step_seconds", step_seconds.toJson()},
           {"staleness", staleness.toJson()},
           {"recovery_seconds", recovery_seconds.toJson()}};
@@ -142,6 +155,7 @@ Result<NodeStats> NodeStats::fromJson(const nlohmann::json& j) {
   s.checkpoints_written = f.integer("checkpoints_written", 0, kMaxCount, 0);
   s.checkpoint_failures = f.integer("checkpoint_failures", 0, kMaxCount, 0);
   s.recoveries = f.integer("recoveries", 0, kMaxCount, 0);
+  s.peak_rss_bytes = f.integer("peak_rss_bytes", 0, kMaxCount, 0);
   if (f.has("step_seconds")) s.step_seconds = readHistogram(f.object("step_seconds"));
   if (f.has("staleness")) s.staleness = readHistogram(f.object("staleness"));
   if (f.has("recovery_seconds")) s.recovery_seconds = readHistogram(f.object("recovery_seconds"));
@@ -164,6 +178,7 @@ void NodeStats::merge(const NodeStats& o) {
   checkpoints_written += o.checkpoints_written;
   checkpoint_failures += o.checkpoint_failures;
   recoveries += o.recoveries;
+  peak_rss_bytes = std::max(peak_rss_bytes, o.peak_rss_bytes);
   step_seconds.merge(o.step_seconds);
   staleness.merge(o.staleness);
   recovery_seconds.merge(o.recovery_seconds);
@@ -304,6 +319,7 @@ NodeStats Accounting::snapshot() const {
   NodeStats s = stats_;
   if (started_) s.wall_seconds = std::chrono::duration<double>(finished_.value_or(Clock::now()) - *started_).count();
   s.final_report = finished_.has_value();
+  s.peak_rss_bytes = peakResidentBytes();
   return s;
 }
 

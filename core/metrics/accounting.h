@@ -75,6 +75,7 @@ struct NodeStats {
   int64_t checkpoints_written = 0;
   int64_t checkpoint_failures = 0;
   int64_t recoveries = 0;
+  int64_t peak_rss_bytes = 0;  // the process's peak resident set (VmHWM); the largest when merged
   Histogram step_seconds = stepSecondsHistogram();
   Histogram staleness = stalenessHistogram();
   Histogram recovery_seconds = recoverySecondsHistogram();
@@ -93,7 +94,7 @@ struct NodeStats {
 
   static constexpr double kMaxSeconds = 1e9;                // ~30 years of one category
   static constexpr int64_t kMaxCount = int64_t{1} << 50;    // sums of many reports stay far from overflow
-  void merge(const NodeStats& other);  // sums (for per-strategy totals)
+  void merge(const NodeStats& other);  // sums (for per-strategy totals); epoch and peak_rss_bytes: the largest
 };
 
 // Splits the wall time of a collective call into transfer and waiting. A call that takes far longer than

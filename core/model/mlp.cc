@@ -202,7 +202,9 @@ Result<EvalResult> Mlp::evaluate(const data::Dataset& dataset) {
   size_t correct = 0;
   for (size_t start = 0; start < dataset.size(); start += max_batch_) {
     const size_t n = std::min(max_batch_, dataset.size() - start);
-    const float* logits = forward(dataset.images.data() + start * dataset.dims, n);
+    eval_input_.resize(n * dataset.dims);
+    CHAOSBED_RETURN_IF_ERROR(dataset.copySamples(start, n, eval_input_.data()));
+    const float* logits = forward(eval_input_.data(), n);
     for (size_t i = 0; i < n; ++i) {
       const float* row = logits + i * classes;
       const uint8_t y = dataset.labels[start + i];

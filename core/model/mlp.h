@@ -92,6 +92,7 @@ class Mlp {
   std::vector<float> grads_;
   std::vector<std::vector<float>> activations_;  // per layer: max_batch x out (post-ReLU; logits last)
   std::vector<float> delta_, delta_prev_;        // max_batch x widest layer
+  std::vector<float> eval_input_;                // evaluate(): one chunk of the dataset as floats
 };
 
 }  // namespace chaosbed::model

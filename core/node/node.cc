@@ -211,7 +211,7 @@ int runNodeProcess(const NodeLaunch& launch) {
 
   std::optional<data::DatasetSplits> data;
   if (launch.role != "ps") {
-    auto loaded = loadTrainingData(c.training);
+    auto loaded = loadTrainingData(c.training, launch.role == "evaluator" ? Splits::kTest : Splits::kTrain);
     if (!loaded.isOk()) {
       LOG(ERROR) << node << ": " << loaded.status().toString();
       return kExitInfrastructure;

@@ -73,7 +73,7 @@ void MirroredWorker::resetSampleHistory() {
 // --------------------------------------------------------------------------------------------------- steps
 
 // Copies this member's slice of the next global batch (position of members).
-void MirroredWorker::nextSlice(int position, int members) {
+Status MirroredWorker::nextSlice(int position, int members) {
   const int64_t global = static_cast<int64_t>(bpw_) * members;
   if (progress_.cursor + global > static_cast<int64_t>(train_.size())) {
     ++progress_.epoch;
@@ -90,9 +90,10 @@ void MirroredWorker::nextSlice(int position, int members) {
   const size_t first = static_cast<size_t>(progress_.cursor) + static_cast<size_t>(position) * bpw_;
   for (size_t i = 0; i < bpw_; ++i) {
     const uint32_t s = order_[first + i];
-    std::memcpy(slice_images_.data() + i * dims, train_.images.data() + size_t{s} * dims, dims * sizeof(float));
+    CHAOSBED_RETURN_IF_ERROR(train_.copySample(s, slice_images_.data() + i * dims));
     slice_labels_[i] = train_.labels[s];
   }
+  return Status::ok();
 }
 
 uint32_t MirroredWorker::myFlags() {
@@ -110,7 +111,7 @@ uint32_t MirroredWorker::myFlags() {
 
 Status MirroredWorker::computeGradient(int position, int members) {
   Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
-  nextSlice(position, members);
+  CHAOSBED_RETURN_IF_ERROR(nextSlice(position, members));
   auto loss = model_->computeGradients(slice_images_, slice_labels_);
   if (!loss.isOk()) return loss.status().withContext("mirrored: computing gradients");
   if (hooks_.after_gradient) hooks_.after_gradient(progress_.step, membership_.generation);
@@ -384,7 +385,7 @@ Result<MirroredOutcome> runMirrored(NodeContext& ctx, const data::Dataset& train
 
 Status runMirroredWorker(NodeContext& ctx) {
   if (ctx.data) return runMirrored(ctx, ctx.data->train).status();
-  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits data, loadTrainingData(ctx.config));
+  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits data, loadTrainingData(ctx.config, Splits::kTrain));
   return runMirrored(ctx, data.train).status();
 }
 

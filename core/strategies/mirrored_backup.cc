@@ -63,7 +63,7 @@ Status MirroredWorker::backupStep(StepOutcome& out) {
            !((decision->included >> comm_.myIndex()) & 1);
   }
   if (skip) {
-    nextSlice(comm_.myIndex(), n);  // keeps the data position; the slice is dropped with the step
+    CHAOSBED_RETURN_IF_ERROR(nextSlice(comm_.myIndex(), n));  // keeps the data position; the slice is dropped with the step
   } else {
     CHAOSBED_RETURN_IF_ERROR(computeGradient(comm_.myIndex(), n));
   }

@@ -126,7 +126,7 @@ class MirroredWorker {
                  bool planned = false);
   Status switchGeneration(int64_t generation, bool& stopped);
   // Steps.
-  void nextSlice(int position, int members);
+  Status nextSlice(int position, int members);
   uint32_t myFlags();
   Status step(StepOutcome& out);
   Status backupStep(StepOutcome& out);

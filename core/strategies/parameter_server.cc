@@ -654,7 +654,7 @@ Status PsWorker::run() {
     const auto step_start = SteadyClock::now();
     {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
-      batches_.next(batch);
+      CHAOSBED_RETURN_IF_ERROR(batches_.next(batch));
       auto loss = mlp_.computeGradients(batch.images, batch.labels);
       if (!loss.isOk()) return loss.status();
     }

@@ -5,7 +5,7 @@
 namespace chaosbed {
 
 namespace {
-Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config);
+Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config, Splits which);
 }  // namespace
 
 nlohmann::json StrategyOptions::toJson() const {
@@ -75,13 +75,13 @@ TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
   return c;
 }
 
-Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
+Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Splits which) {
   if (config.layers.size() < 2) return Status::invalidArgument("model.layers: needs at least two sizes");
-  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits splits, loadDatasets(config));
-  const auto& train = splits.train;
-  if (train.dims != static_cast<size_t>(config.layers.front()) || train.num_classes != config.layers.back())
-    return Status::invalidArgument("model.layers: " + config.dataset + " has " + std::to_string(train.dims) +
-                                   " dims and " + std::to_string(train.num_classes) +
+  CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits splits, loadDatasets(config, which));
+  const data::Dataset& loaded = which == Splits::kTest ? splits.test : splits.train;
+  if (loaded.dims != static_cast<size_t>(config.layers.front()) || loaded.num_classes != config.layers.back())
+    return Status::invalidArgument("model.layers: " + config.dataset + " has " + std::to_string(loaded.dims) +
+                                   " dims and " + std::to_string(loaded.num_classes) +
                                    " classes, but the layers start with " + std::to_string(config.layers.front()) +
                                    " and end with " + std::to_string(config.layers.back()));
   return splits;
@@ -89,7 +89,7 @@ Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config) {
 
 namespace {
 
-Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config) {
+Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config, Splits which) {
   if (config.dataset == "synthetic") {
     data::SyntheticOptions o;
     o.dims = size_t(config.layers.front());
@@ -100,12 +100,27 @@ Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config) {
     // Unit-scale inputs, well separated classes: a test set that a small MLP learns in seconds.
     o.separation = 1.0f;
     o.noise = 1.0f;
-    return data::makeSynthetic(o);
+    CHAOSBED_ASSIGN_OR_RETURN(data::DatasetSplits splits, data::makeSynthetic(o));
+    if (which == Splits::kTrain) splits.test = {};
+    if (which == Splits::kTest) splits.train = {};
+    return splits;
   }
   if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
-    auto splits = data::loadMnistLayout(config.data_path);
-    if (!splits.isOk() && splits.status().code() == StatusCode::kNotFound)
-      return splits.status().withContext(config.dataset + " not found (scripts/install-deps.sh installs it)");
+    data::DatasetSplits splits;
+    Status status;
+    if (which != Splits::kTest) {
+      auto train = data::loadMnistSplit(config.data_path, "train");
+      if (train.isOk()) splits.train = std::move(*train);
+      else status = train.status();
+    }
+    if (status.isOk() && which != Splits::kTrain) {
+      auto test = data::loadMnistSplit(config.data_path, "t10k");
+      if (test.isOk()) splits.test = std::move(*test);
+      else status = test.status();
+    }
+    if (status.code() == StatusCode::kNotFound)
+      return status.withContext(config.dataset + " not found (scripts/install-deps.sh installs it)");
+    if (!status.isOk()) return status;
     return splits;
   }
   return Status::invalidArgument("data.dataset: unknown dataset '" + config.dataset + "' (fashion-mnist, mnist or synthetic)");

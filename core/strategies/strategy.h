@@ -74,10 +74,13 @@ struct TrainingConfig {
   static TrainingConfig fromJson(const nlohmann::json& j);
 };
 
-// Everything a role function needs. Owned by the node runtime; outlives the role call.
-// Loads the datasets the config names (synthetic: dims and classes from the first and last layer).
-Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config);
+// Which splits a node needs: a worker trains, the evaluator tests; neither holds the other's.
+enum class Splits { kTrain, kTest, kBoth };
+// Loads the splits of the dataset the config names (synthetic: dims and classes from the first and last
+// layer); a split not asked for is left empty.
+Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Splits which = Splits::kBoth);
 
+// Everything a role function needs. Owned by the node runtime; outlives the role call.
 struct NodeContext {
   Transport& transport;
   ControlChannel& control;

@@ -134,7 +134,7 @@ int runTrain(int argc, char** argv) {
   const auto start = SteadyClock::now();
   double elapsed = 0;
   while (true) {
-    batches->next(batch);
+    if (Status s = batches->next(batch); !s.isOk()) return internalError(s);
     auto step_loss = mlp->computeGradients(batch.images, batch.labels);
     if (!step_loss.isOk()) return internalError(step_loss.status());
     loss = *step_loss;

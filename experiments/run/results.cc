@@ -229,6 +229,8 @@ nlohmann::json StrategyResult::toJson() const {
                       {"accounting_residual", accounting_residual},
                       {"accounting_residual_node", accounting_residual_node},
                       {"node_seconds", nodeSeconds()},
+                      {"peak_rss_mb", {{"worker", double(workers.peak_rss_bytes) / (1 << 20)},
+                                       {"server", double(servers.peak_rss_bytes) / (1 << 20)}}},
                       {"faults_applied", faults_applied},
                       {"chaos_leaks", chaos_leaks},
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},

@@ -42,12 +42,14 @@ Status Supervisor::prepare() {
   std::error_code ec;
   fs::create_directories(dir_ + "/checkpoints", ec);
   if (ec) return Status::ioError("cannot create " + dir_ + ": " + ec.message());
+  TrainingConfig training = trainingConfig(spec_, strategy_);
+  if (!ctx_.data_path.empty()) training.data_path = ctx_.data_path;
   nlohmann::json config = {{"store", ctx_.store_address},
                            {"secret_file", ctx_.secret_file},
                            {"prefix", prefix_},
                            {"workers", workers_},
                            {"servers", servers_},
-                           {"training", trainingConfig(spec_, strategy_).toJson()},
+                           {"training", training.toJson()},
                            {"strategy", strategyOptions(spec_, strategy_).toJson()},
                            {"checkpoint_dir", dir_ + "/checkpoints"},
                            {"connect_timeout_s", 60.0}};

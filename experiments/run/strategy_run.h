@@ -121,6 +121,7 @@ struct RunContext {
   std::string run_id;
   std::string store_address;    // the StoreServer the nodes connect to
   std::string secret_file;      // the run's Secret (mode 0600), handed to the nodes by path
+  std::string data_path;        // where nodes load the dataset from, when not the spec's data.path (a raw copy)
   Store* store = nullptr;       // the controller's own client of it
   chaos::EventLog* events = nullptr;   // events.jsonl
   const chaos::Plan* plan = nullptr;   // the drawn chaos schedule (shared by every strategy)

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "chaosbed/config.h"
+#include "core/data/dataset.h"
 #include "tests/testing/command.h"
 
 namespace chaosbed {
@@ -28,6 +29,7 @@ using testing::readFile;
 
 // A spec written to a file and run by `chaosbed run`, as a user runs it; what it wrote, read back.
 struct SpecRun {
+  std::string dir;  // the results directory
   nlohmann::json summary;
   std::map<std::string, std::vector<nlohmann::json>> events;  // by strategy
   // The first event of `type` about `node` in `strategy`'s run; null when there is none.
@@ -51,6 +53,7 @@ void runSpec(const std::string& tag, const std::string& yaml, SpecRun* out,
   auto code = run.wait(deadlineIn(limit));
   ASSERT_TRUE(code.has_value()) << run.output();
   ASSERT_EQ(*code, 0) << run.output();
+  out->dir = dir + "/r";
   out->summary = nlohmann::json::parse(readFile(dir + "/r/summary.json"));
   std::istringstream lines(readFile(dir + "/r/events.jsonl"));
   for (std::string line; std::getline(lines, line);) {
@@ -382,6 +385,43 @@ chaos:
   EXPECT_LT(with["samples_lost"].get<int64_t>(), without["samples_lost"].get<int64_t>()) << with.dump(2);
   EXPECT_GT(with["checkpoints_written"].get<int64_t>(), 0);
   for (const auto* s : {&with, &without}) EXPECT_LE((*s)["accounting_residual"].get<double>(), 0.01);
+}
+
+// Fashion-MNIST is decoded once per run into a private raw copy that every node reads (the page cache holds
+// it once for the machine): a node's memory is its own state, the workers never hold the test set, and the
+// copy goes with the run.
+TEST(RunExperiment, NodesShareOneCopyOfTheDatasetAndHoldOnlyTheirOwnState) {
+  if (!fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (scripts/install-deps.sh installs it)";
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-shared-data", std::string(R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: shared-data}
+seed: 3
+cluster: {workers: 8, servers: 1, cpu_per_node: 0.2}
+model: {kind: mlp, layers: [784, 256, 128, 10]}
+data: {dataset: fashion-mnist, path: )") + data::kFashionMnistDir + R"(}
+training: {batch_per_worker: 32, learning_rate: 0.05, momentum: 0.9, target_accuracy: 0.99, time_limit_s: 5,
+           eval_interval_s: 1, sustained_evals: 100}
+strategies:
+  - {name: mirrored}
+  - {name: parameter_server}
+)", &r, std::chrono::seconds(180)));
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const auto& s = r.summary["strategies"][label];
+    ASSERT_TRUE(s.contains("peak_rss_mb")) << s.dump(2);
+    const double worker = s["peak_rss_mb"]["worker"].get<double>();
+    // The training set alone is 47 MB as bytes (188 MB as floats, as every node held it before).
+    EXPECT_GT(worker, 1.0);
+    EXPECT_LE(worker, 40.0) << "a worker holds more than its own state";
+    EXPECT_GT(s["steps"].get<int64_t>(), 0);
+    EXPECT_GT(s["final_accuracy"].get<double>(), 0.3) << "trained on something else than Fashion-MNIST";
+    const auto config = nlohmann::json::parse(readFile(r.dir + "/" + label + "/node-config.json"));
+    const std::string copy = config["training"]["data_path"];
+    EXPECT_NE(copy, data::kFashionMnistDir) << "nodes read the spec's gzip files, each decoding its own copy";
+    EXPECT_FALSE(fs::exists(copy)) << copy << ": the run's copy of the dataset outlived the run";
+  }
 }
 
 // Transport faults from a spec (transport_error): a connection reset that no process death explains is

@@ -60,7 +60,7 @@ TEST(TrainFashionMnist, ThousandStepsReachEightyPercentInProcess) {
   mlp->initialize(1);
   data::Batch batch;
   for (int step = 0; step < 1000; ++step) {
-    it->next(batch);
+    ASSERT_TRUE(it->next(batch).isOk());
     ASSERT_TRUE(mlp->computeGradients(batch.images, batch.labels).isOk());
     ASSERT_TRUE(sgd->apply(mlp->parameters(), mlp->gradients()).isOk());
   }

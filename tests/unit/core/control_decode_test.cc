@@ -280,9 +280,18 @@ TEST(NodeStatsDecode, RoundTripsAReport) {
   a.checkpoint(true);
   a.rollback(64);
   const NodeStats s = a.snapshot();
+  // The process's own peak resident set: this test binary holds at least a few MB.
+  EXPECT_GT(s.peak_rss_bytes, int64_t{1} << 20);
   auto d = NodeStats::decode(s.toJson().dump());
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_EQ(d->toJson(), s.toJson());
+  // Merged, the peak is the largest node's, not a sum.
+  NodeStats bigger;
+  bigger.peak_rss_bytes = s.peak_rss_bytes + 1;
+  NodeStats merged = s;
+  merged.merge(bigger);
+  merged.merge(s);
+  EXPECT_EQ(merged.peak_rss_bytes, s.peak_rss_bytes + 1);
   // Absent fields read as zero.
   d = NodeStats::decode("{}");
   ASSERT_TRUE(d.isOk()) << d.status().toString();

@@ -74,7 +74,7 @@ TEST(BatchIterator, CopiesTheShardsSamplesInOrderAndRollsOverEpochs) {
   for (size_t k = 0; k < it->batchesPerEpoch(); ++k) {
     EXPECT_EQ(it->epoch(), 0u);
     EXPECT_EQ(it->batchInEpoch(), k);
-    it->next(b);
+    ASSERT_TRUE(it->next(b).isOk());
     EXPECT_EQ(b.size, k < 5 ? 10u : 2u);
     ASSERT_EQ(b.images.size(), b.size * 3);
     for (size_t i = 0; i < b.size; ++i) {
@@ -85,7 +85,7 @@ TEST(BatchIterator, CopiesTheShardsSamplesInOrderAndRollsOverEpochs) {
     }
   }
   EXPECT_EQ(got, *expected);
-  it->next(b);
+  ASSERT_TRUE(it->next(b).isOk());
   EXPECT_EQ(it->epoch(), 1u);
   auto epoch1 = shardOrder(103, {1, 2}, 9, 1);
   ASSERT_TRUE(epoch1.isOk());
@@ -97,7 +97,7 @@ TEST(BatchIterator, StartsAtAGivenEpoch) {
   auto it = BatchIterator::create(d, {0, 1}, 3, 50, 4);
   ASSERT_TRUE(it.isOk());
   Batch b;
-  it->next(b);
+  ASSERT_TRUE(it->next(b).isOk());
   auto order = shardOrder(50, {0, 1}, 3, 4);
   ASSERT_TRUE(order.isOk());
   for (size_t i = 0; i < 50; ++i) EXPECT_EQ(static_cast<uint32_t>(b.images[i]), (*order)[i]);

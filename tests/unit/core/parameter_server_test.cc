@@ -99,7 +99,7 @@ SgdState sequentialSgd(const TrainingConfig& c, const data::Dataset& train, int 
   for (int64_t s = 0; s < steps; ++s) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (auto& shard : shards) {
-      shard.next(batch);
+      EXPECT_TRUE(shard.next(batch).isOk());
       EXPECT_TRUE(model->computeGradients(batch.images, batch.labels).isOk());
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += model->gradients()[i];
     }

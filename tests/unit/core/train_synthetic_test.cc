@@ -31,7 +31,7 @@ std::vector<float> train(const data::Dataset& train_set, uint64_t seed, int step
   EXPECT_TRUE(sgd.isOk() && it.isOk());
   data::Batch batch;
   for (int step = 0; step < steps; ++step) {
-    it->next(batch);
+    EXPECT_TRUE(it->next(batch).isOk());
     auto loss = mlp.computeGradients(batch.images, batch.labels);
     EXPECT_TRUE(loss.isOk()) << loss.status().toString();
     EXPECT_TRUE(sgd->apply(mlp.parameters(), mlp.gradients()).isOk());
