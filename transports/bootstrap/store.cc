@@ -4,7 +4,7 @@
 #include <glog/logging.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -93,13 +93,17 @@ class RateLimitedLog {
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Server: one thread, poll() over the listener, a wake-up eventfd and every client connection.
+// Server: one thread, epoll over the listener, a wake-up eventfd and every client connection. (poll() over
+// every connection cost the controller 15% of a core at 69 nodes, nearly all of it in the kernel walking
+// idle sockets; epoll's cost follows the sockets that are ready.)
 
 class TcpStoreServer final : public StoreServer {
  public:
   TcpStoreServer(FileDescriptor listener, net::HostPort bound, FileDescriptor wake, const Secret& secret)
       : listener_(std::move(listener)), bound_(std::move(bound)), wake_(std::move(wake)), secret_(secret),
-        reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
+        reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)), epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+    watch(wake_.get(), EPOLLIN, &wake_);
+    watch(listener_.get(), EPOLLIN, &listener_);
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServer() override {
@@ -123,7 +127,16 @@ class TcpStoreServer final : public StoreServer {
     std::string wait_key;
     Deadline wait_deadline{};
     bool closed = false;
+    uint32_t watched = 0;          // the epoll events registered for fd
   };
+
+  void watch(int fd, uint32_t events, void* tag) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.ptr = tag;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      LOG(ERROR) << "store server: epoll_ctl(ADD): " << std::strerror(errno);
+  }
 
   // Whether to read more from c now: not while its get blocks or its answers pile up unread, and no further
   // ahead than the frame being received (plus a little, for pipelined small requests).
@@ -138,42 +151,55 @@ class TcpStoreServer final : public StoreServer {
   }
 
   void loop() {
-    std::vector<pollfd> fds;
+    if (!epoll_.valid()) {
+      LOG(ERROR) << "store server: epoll_create1: " << std::strerror(errno);
+      return;
+    }
+    std::vector<epoll_event> ready(64);
     for (;;) {
-      fds.clear();
-      fds.push_back({wake_.get(), POLLIN, 0});
-      fds.push_back({listener_.get(), POLLIN, 0});
       Deadline next = Deadline::max();
       for (auto& c : clients_) {
-        short events = inputRoom(*c) > 0 ? POLLIN : 0;
-        if (!c->out.empty()) events |= POLLOUT;
-        fds.push_back({c->fd.get(), events, 0});
+        // Level-triggered: ask for input only while there is room for it, for output while some waits.
+        uint32_t events = inputRoom(*c) > 0 ? uint32_t{EPOLLIN} : 0u;
+        if (!c->out.empty()) events |= EPOLLOUT;
+        if (events != c->watched) {
+          epoll_event ev{};
+          ev.events = events;
+          ev.data.ptr = c.get();
+          if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c->fd.get(), &ev) == 0) c->watched = events;
+        }
         if (c->waiting) next = std::min(next, c->wait_deadline);
         if (!c->authenticated) next = std::min(next, c->auth_deadline);
         next = std::min(next, c->frame_deadline);
       }
       int timeout = next == Deadline::max() ? -1 : net::pollTimeoutMs(next);
-      int rc = ::poll(fds.data(), fds.size(), timeout);
-      if (rc < 0 && errno != EINTR) {
-        LOG(ERROR) << "store server: poll: " << std::strerror(errno);
+      int n = ::epoll_wait(epoll_.get(), ready.data(), int(ready.size()), timeout);
+      if (n < 0 && errno != EINTR) {
+        LOG(ERROR) << "store server: epoll_wait: " << std::strerror(errno);
         return;
       }
-      if (fds[0].revents != 0) return;  // shutting down
-      const size_t polled = fds.size() - 2;
-      for (size_t i = 0; i < polled && i < clients_.size(); ++i) {
-        Client& c = *clients_[i];
-        const short rev = fds[i + 2].revents;
-        if (rev & POLLIN) readFrom(c);
-        else if (rev & (POLLHUP | POLLERR)) c.closed = true;  // gone while we were not reading from it
+      bool accept = false;
+      for (int i = 0; i < n; ++i) {
+        void* tag = ready[size_t(i)].data.ptr;
+        if (tag == &wake_) return;  // shutting down
+        if (tag == &listener_) {
+          accept = true;
+          continue;
+        }
+        Client& c = *static_cast<Client*>(tag);
+        const uint32_t rev = ready[size_t(i)].events;
+        if (rev & EPOLLIN) readFrom(c);
+        else if (rev & (EPOLLHUP | EPOLLERR)) c.closed = true;  // gone while we were not reading from it
         if (!c.closed) handleInput(c);
       }
-      if (fds[1].revents & POLLIN) acceptAll();
+      if (accept) acceptAll();
       expireDeadlines();
       for (auto& c : clients_)
         if (!c->closed && !c->out.empty()) writeTo(*c);
       // Answers flushed: a client held back by unread answers may have frames waiting.
       for (auto& c : clients_)
         if (!c->closed && c->authenticated && !c->waiting && !c->in.empty()) handleInput(*c);
+      // A closed descriptor leaves the epoll set by itself (nothing else holds it).
       std::erase_if(clients_, [](const std::unique_ptr<Client>& c) { return c->closed; });
     }
   }
@@ -185,7 +211,7 @@ class TcpStoreServer final : public StoreServer {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
         if (errno == EMFILE || errno == ENFILE) {
           // No descriptor left: give up the reserve one to take the connection off the backlog and close it,
-          // so poll() does not report the listener readable forever.
+          // so epoll does not report the listener readable forever.
           reserve_.reset();
           FileDescriptor dropped(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
           dropped.reset();
@@ -209,6 +235,8 @@ class TcpStoreServer final : public StoreServer {
       c->nonce = Secret::nonce(kNonceBytes);
       c->auth_deadline = SteadyClock::now() + kAuthTimeout;
       c->out = std::string(kMagic, kMagicBytes) + c->nonce;
+      c->watched = EPOLLOUT;
+      watch(c->fd.get(), c->watched, c.get());
       clients_.push_back(std::move(c));
     }
   }
@@ -398,6 +426,7 @@ class TcpStoreServer final : public StoreServer {
   std::map<std::string, std::string> data_;
   std::map<std::string, std::vector<std::string>> lists_;
   std::vector<std::unique_ptr<Client>> clients_;
+  FileDescriptor epoll_;
   RateLimitedLog rejected_{"authentication"};
   RateLimitedLog slow_{"slow client"};
   RateLimitedLog too_many_{"connection limit"};
