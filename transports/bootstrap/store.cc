@@ -199,8 +199,12 @@ class TcpStoreServer final : public StoreServer {
       // Answers flushed: a client held back by unread answers may have frames waiting.
       for (auto& c : clients_)
         if (!c->closed && c->authenticated && !c->waiting && !c->in.empty()) handleInput(*c);
-      // A closed descriptor leaves the epoll set by itself (nothing else holds it).
-      std::erase_if(clients_, [](const std::unique_ptr<Client>& c) { return c->closed; });
+      // Removed from the epoll set by hand: closing the descriptor is not enough while a child forked by
+      // the launcher, not yet at its exec, holds a copy of it; epoll would go on reporting the freed client.
+      std::erase_if(clients_, [this](const std::unique_ptr<Client>& c) {
+        if (c->closed) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
+        return c->closed;
+      });
     }
   }
 

@@ -9,8 +9,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -43,6 +46,68 @@ TEST_F(StoreFixture, SetThenGetReturnsTheValueAndSetOverwrites) {
   EXPECT_EQ(*v, "one");
   ASSERT_TRUE(store_->set("a", "two").isOk());
   EXPECT_EQ(*store_->get("a", deadlineIn(seconds(1))), "two");
+}
+
+// Descriptors registered in every epoll instance of this process (/proc/self/fdinfo lists one "tfd:" line
+// per registration).
+int epollRegistrations() {
+  int count = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string() != "anon_inode:[eventpoll]") continue;
+    std::ifstream info("/proc/self/fdinfo/" + e.path().filename().string());
+    for (std::string line; std::getline(info, line);) count += line.starts_with("tfd:");
+  }
+  return count;
+}
+
+// A child forked by the launcher holds copies of the server's descriptors until its exec: a client that
+// disconnects meanwhile must still leave the server's event set, or the server reads a freed client
+// (the controller crashed so during a 64-worker reclaim wave).
+TEST_F(StoreFixture, ClientsThatLeaveWhileAForkedChildHoldsTheirDescriptorsAreForgotten) {
+  int hold[2];
+  ASSERT_EQ(::pipe(hold), 0);
+  std::vector<std::unique_ptr<Store>> leaving;
+  for (int i = 0; i < 16; ++i) {
+    auto c = connectStore(server_->address(), secret_, deadlineIn(seconds(5)));
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    ASSERT_TRUE((*c)->set("k" + std::to_string(i), "v").isOk());
+    leaving.push_back(std::move(c).value());
+  }
+  const std::string address = server_->address();
+  const uint16_t server_port = uint16_t(std::stoi(address.substr(address.rfind(':') + 1)));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // holds the server's descriptors, as a node between fork and exec does
+    ::close(hold[1]);
+    // ... but not the clients' ends (their connections are to the server's port), so that they can close.
+    for (int fd = 3; fd < 1024; ++fd) {
+      sockaddr_in peer{};
+      socklen_t len = sizeof peer;
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 && peer.sin_family == AF_INET &&
+          ntohs(peer.sin_port) == server_port)
+        ::close(fd);
+    }
+    char byte;
+    (void)::read(hold[0], &byte, 1);  // returns at EOF: when the test closes its end
+    ::_exit(0);
+  }
+  const int before = epollRegistrations();
+  leaving.clear();  // their sockets reach EOF, but the child's copies keep them open
+  // Round trips until the server has dropped them (it sees the EOFs in its own time), at most 5 s.
+  for (const Deadline d = deadlineIn(seconds(5)); epollRegistrations() > before - 16 && SteadyClock::now() < d;)
+    ASSERT_TRUE(store_->set("ping", "").isOk());
+  EXPECT_EQ(epollRegistrations(), before - 16) << "clients that left are still in the server's event set";
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(store_->set("after", std::to_string(i)).isOk()) << i;
+    auto v = store_->get("after", deadlineIn(seconds(2)));
+    ASSERT_TRUE(v.isOk()) << v.status().toString();
+    EXPECT_EQ(*v, std::to_string(i));
+  }
+  ::close(hold[1]);
+  ::close(hold[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
 }
 
 TEST_F(StoreFixture, ValuesAreArbitraryBytes) {
