@@ -29,6 +29,17 @@ struct GzCloser {
 };
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
+// Up to n bytes of f (0 at its end); IoError naming path and zlib's (or the system's) reason.
+Result<size_t> gzReadSome(gzFile f, const std::string& path, uint8_t* dst, unsigned n) {
+  const int got = gzread(f, dst, n);
+  if (got < 0) {
+    int errnum = 0;
+    const char* msg = gzerror(f, &errnum);
+    return Status::ioError(path + ": read error: " + (errnum == Z_ERRNO ? std::strerror(errno) : msg));
+  }
+  return static_cast<size_t>(got);
+}
+
 class IdxFile {
  public:
   static Result<IdxFile> open(const std::string& path, int expected_dims) {
@@ -76,15 +87,7 @@ class IdxFile {
  private:
   IdxFile(std::string path, GzFile f) : path_(std::move(path)), file_(std::move(f)) {}
 
-  Result<size_t> read(uint8_t* dst, unsigned n) {
-    const int got = gzread(file_.get(), dst, n);
-    if (got < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(file_.get(), &errnum);
-      return Status::ioError(path_ + ": read error: " + (errnum == Z_ERRNO ? std::strerror(errno) : msg));
-    }
-    return static_cast<size_t>(got);
-  }
+  Result<size_t> read(uint8_t* dst, unsigned n) { return gzReadSome(file_.get(), path_, dst, n); }
 
   Status readExactHeader(uint8_t* dst, unsigned n, const char* what) {
     CHAOSBED_ASSIGN_OR_RETURN(size_t got, read(dst, n));
@@ -242,7 +245,7 @@ namespace {
 constexpr const char* kSplitFiles[][2] = {{"train-images-idx3-ubyte", "train-labels-idx1-ubyte"},
                                           {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}};
 
-// NAME when it exists (raw files are mapped), else NAME.gz.
+// NAME when it exists (a raw file is read on demand, not held), else NAME.gz.
 std::string pickFile(const std::string& dir, const std::string& name) {
   std::error_code ec;
   const std::string raw = dir + "/" + name;
@@ -285,15 +288,13 @@ Status writeRawMnistLayout(const std::string& from, const std::string& to) {
       std::vector<uint8_t> chunk(1 << 20);
       Status status;
       for (;;) {
-        const int got = gzread(in.get(), chunk.data(), unsigned(chunk.size()));
-        if (got < 0) {
-          int errnum = 0;
-          const char* msg = gzerror(in.get(), &errnum);
-          status = Status::ioError(source + ": read error: " + (errnum == Z_ERRNO ? std::strerror(errno) : msg));
+        Result<size_t> got = gzReadSome(in.get(), source, chunk.data(), unsigned(chunk.size()));
+        if (!got.isOk()) {
+          status = got.status();
           break;
         }
-        if (got == 0) break;
-        if (::write(fd, chunk.data(), size_t(got)) != got) {
+        if (*got == 0) break;
+        if (::write(fd, chunk.data(), *got) != ssize_t(*got)) {
           status = Status::ioError(temporary + ": write failed: " + std::strerror(errno));
           break;
         }

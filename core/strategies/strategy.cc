@@ -107,17 +107,13 @@ Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config, Splits wh
   }
   if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
     data::DatasetSplits splits;
-    Status status;
-    if (which != Splits::kTest) {
-      auto train = data::loadMnistSplit(config.data_path, "train");
-      if (train.isOk()) splits.train = std::move(*train);
-      else status = train.status();
-    }
-    if (status.isOk() && which != Splits::kTrain) {
-      auto test = data::loadMnistSplit(config.data_path, "t10k");
-      if (test.isOk()) splits.test = std::move(*test);
-      else status = test.status();
-    }
+    auto load = [&config](bool wanted, const char* split, data::Dataset& into) -> Status {
+      if (!wanted) return Status::ok();
+      CHAOSBED_ASSIGN_OR_RETURN(into, data::loadMnistSplit(config.data_path, split));
+      return Status::ok();
+    };
+    Status status = load(which != Splits::kTest, "train", splits.train);
+    if (status.isOk()) status = load(which != Splits::kTrain, "t10k", splits.test);
     if (status.code() == StatusCode::kNotFound)
       return status.withContext(config.dataset + " not found (scripts/install-deps.sh installs it)");
     if (!status.isOk()) return status;
