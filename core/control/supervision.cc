@@ -17,12 +17,19 @@ double backoffS(int young_deaths) {
 
 Supervision::Supervision(SupervisionPolicy policy) : policy_(policy) {}
 
-Action Supervision::publish(std::vector<int> workers, bool rollback, std::vector<int> joined) {
+Action Supervision::publish(std::vector<int> workers, bool rollback) {
   Membership m;
   m.generation = ++generation_;
   m.workers = std::move(workers);
   m.rollback = rollback;
-  m.joined = std::move(joined);
+  std::sort(joining_.begin(), joining_.end());
+  for (int r : joining_)
+    if (std::binary_search(m.workers.begin(), m.workers.end(), r)) m.joined.push_back(r);
+  joining_.clear();
+  for (int r : m.workers) {
+    auto it = incarnations_.find(r);
+    m.incarnations.push_back(it == incarnations_.end() ? 0 : it->second);
+  }
   members_ = m.workers;
   return Action::publish(std::move(m));
 }
@@ -30,7 +37,7 @@ Action Supervision::publish(std::vector<int> workers, bool rollback, std::vector
 std::vector<Action> Supervision::start() {
   std::vector<int> all;
   for (int i = 0; i < policy_.workers; ++i) all.push_back(i);
-  return {publish(all, false, {})};
+  return {publish(all, false)};
 }
 
 std::vector<Action> Supervision::onExit(const NodeExit& e, double t, int64_t worker_steps) {
@@ -55,7 +62,7 @@ std::vector<Action> Supervision::onExit(const NodeExit& e, double t, int64_t wor
     std::vector<int> survivors;
     for (int r : members_)
       if (r != e.node.index) survivors.push_back(r);
-    if (survivors.size() != members_.size() && !survivors.empty()) out.push_back(publish(survivors, false, {}));
+    if (survivors.size() != members_.size() && !survivors.empty()) out.push_back(publish(survivors, false));
   } else if (e.node.isServer() && policy_.job_restart) {
     // TensorFlow's behaviour: the whole job restarts from its checkpoints.
     for (int i = 0; i < policy_.workers; ++i)
@@ -89,8 +96,12 @@ std::vector<Action> Supervision::onReady(const std::vector<NodeId>& ready) {
   for (const NodeId& n : ready) {
     auto it = down_.find(n);
     if (it == down_.end() || !it->second.awaiting_incarnation) continue;
+    if (n.isWorker()) {
+      ready_workers.push_back(n.index);
+      if (policy_.synchronous) joining_.push_back(n.index);
+      incarnations_[n.index] = *it->second.awaiting_incarnation;
+    }
     down_.erase(it);
-    if (n.isWorker()) ready_workers.push_back(n.index);
   }
   if (!policy_.synchronous || ready_workers.empty()) return {};
   if (policy_.elastic) {
@@ -98,14 +109,14 @@ std::vector<Action> Supervision::onReady(const std::vector<NodeId>& ready) {
     workers.insert(workers.end(), ready_workers.begin(), ready_workers.end());
     std::sort(workers.begin(), workers.end());
     workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-    return {publish(workers, false, ready_workers)};
+    return {publish(workers, false)};
   }
   // restart: everyone waits until every lost worker is back, then rolls back together.
   for (const auto& [node, o] : down_)
     if (node.isWorker()) return {};
   std::vector<int> all;
   for (int i = 0; i < policy_.workers; ++i) all.push_back(i);
-  return {publish(all, true, ready_workers)};
+  return {publish(all, true)};
 }
 
 std::vector<Action> Supervision::onProgress(int64_t worker_steps, double t) {
@@ -153,10 +164,10 @@ std::vector<Action> Supervision::onTick(double t) {
     ++failures_;
     episodes_.push_back({r.since_s, 0, true, "collective failure (" + r.what + ")", true});
   }
-  if (policy_.elastic) return {publish(members_, false, {})};
+  if (policy_.elastic) return {publish(members_, false)};
   std::vector<int> all;
   for (int i = 0; i < policy_.workers; ++i) all.push_back(i);
-  return {publish(all, true, {})};
+  return {publish(all, true)};
 }
 
 void Supervision::onStop(double t) {

@@ -137,11 +137,14 @@ class Supervision {
     std::string what;
   };
 
-  Action publish(std::vector<int> workers, bool rollback, std::vector<int> joined);
+  // The next generation; it joins the workers that announced ready since the last one.
+  Action publish(std::vector<int> workers, bool rollback);
 
   const SupervisionPolicy policy_;
   int64_t generation_ = -1;
   std::vector<int> members_;
+  std::map<int, int> incarnations_;  // worker rank -> the incarnation that announced ready (absent: 0)
+  std::vector<int> joining_;         // workers ready since the last generation, joined by the next
   std::map<NodeId, Outage> down_;
   std::map<NodeId, int> young_deaths_;  // consecutive short-lived incarnations per node
   std::vector<Episode> episodes_;

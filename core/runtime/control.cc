@@ -31,8 +31,17 @@ Result<int64_t> parseStartNs(std::string_view text) {
   return v;
 }
 
+std::optional<int> Membership::incarnationOf(int rank) const {
+  auto it = std::lower_bound(workers.begin(), workers.end(), rank);
+  if (it == workers.end() || *it != rank) return std::nullopt;
+  const size_t i = size_t(it - workers.begin());
+  return i < incarnations.size() ? incarnations[i] : 0;
+}
+
 nlohmann::json Membership::toJson() const {
-  return {{"generation", generation}, {"workers", workers}, {"rollback", rollback}, {"joined", joined}};
+  nlohmann::json j = {{"generation", generation}, {"workers", workers}, {"rollback", rollback}, {"joined", joined}};
+  if (!incarnations.empty()) j["incarnations"] = incarnations;
+  return j;
 }
 
 Result<Membership> Membership::fromJson(const nlohmann::json& j, int world_workers) {
@@ -43,7 +52,12 @@ Result<Membership> Membership::fromJson(const nlohmann::json& j, int world_worke
   const std::vector<int64_t> workers = f.integers("workers", 0, max_rank, kMaxMembers);
   m.rollback = f.boolean("rollback", false);
   const std::vector<int64_t> joined = f.integers("joined", 0, max_rank, kMaxMembers, std::vector<int64_t>{});
+  const std::vector<int64_t> incarnations =
+      f.integers("incarnations", 0, std::numeric_limits<int>::max(), kMaxMembers, std::vector<int64_t>{});
   if (f.ok() && workers.empty()) f.error("workers", "empty");
+  if (f.ok() && !incarnations.empty() && incarnations.size() != workers.size())
+    f.error("incarnations", std::to_string(incarnations.size()) + " entries for " + std::to_string(workers.size()) +
+                                " workers");
   for (size_t i = 1; f.ok() && i < workers.size(); ++i)
     if (workers[i] <= workers[i - 1]) f.error("workers", "not strictly increasing at index " + std::to_string(i));
   for (size_t i = 0; f.ok() && i < joined.size(); ++i) {
@@ -55,6 +69,7 @@ Result<Membership> Membership::fromJson(const nlohmann::json& j, int world_worke
   CHAOSBED_RETURN_IF_ERROR(f.status());
   m.workers.assign(workers.begin(), workers.end());
   m.joined.assign(joined.begin(), joined.end());
+  m.incarnations.assign(incarnations.begin(), incarnations.end());
   return m;
 }
 

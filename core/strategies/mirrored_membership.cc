@@ -17,20 +17,20 @@ Result<Membership> MirroredWorker::awaitMembership(int64_t after, bool& stopped)
   }
 }
 
-// A first incarnation enters the newest generation that lists it (generation 0, all workers, until the
-// controller published one). A replacement must not enter a generation meant for its predecessor: it takes
-// the newest one only if that lists it among the joined ranks, else the next generation that lists it.
+// A node enters the newest generation that names it with its own incarnation (generation 0, all first
+// incarnations, until the controller published one). A replacement never enters a generation meant for its
+// predecessor, and it does enter one published after the one that joined it (a slow start may first see a
+// later generation, which lists it among the workers but no longer among the joined).
 Status MirroredWorker::joinFirst(bool& stopped) {
   const auto join_started = SteadyClock::now();
-  const bool replacement = ctx_.control.incarnation() > 0;
+  const int incarnation = ctx_.control.incarnation();
+  const bool replacement = incarnation > 0;
+  const auto names_me = [&](const Membership& g) { return g.incarnationOf(me_) == incarnation; };
   auto published = ctx_.control.store().contains(ctx_.control.key("membership/0"));
   if (!published.isOk()) return published.status().withContext("mirrored: reading the membership");
   Membership m;
   if (*published || replacement) {
     CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(-1, stopped));
-    if (replacement && !contains(m.joined, me_)) {
-      CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(m.generation, stopped));
-    }
   } else {
     m.generation = 0;
     for (int r = 0; r < ctx_.workers; ++r) m.workers.push_back(r);
@@ -38,7 +38,7 @@ Status MirroredWorker::joinFirst(bool& stopped) {
   has_state_ = !replacement;  // a replacement gets its state from a checkpoint or a broadcast
   bool member_lost = false;
   for (;;) {
-    while (!contains(m.workers, me_)) {
+    while (!names_me(m)) {
       CHAOSBED_ASSIGN_OR_RETURN(m, awaitMembership(m.generation, stopped));
     }
     Status s = enterGeneration(m);

@@ -217,17 +217,22 @@ TEST(MembershipDecode, RoundTripsAValidMembership) {
   m.workers = {0, 2, 3};
   m.rollback = true;
   m.joined = {3, 2};
+  m.incarnations = {0, 4, 1};
   auto d = Membership::decode(m.toJson().dump(), 4);
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_EQ(d->generation, 3);
   EXPECT_EQ(d->workers, m.workers);
   EXPECT_TRUE(d->rollback);
   EXPECT_EQ(d->joined, m.joined);
-  // rollback and joined are optional.
+  EXPECT_EQ(d->incarnations, m.incarnations);
+  EXPECT_EQ(d->incarnationOf(2), 4);
+  EXPECT_EQ(d->incarnationOf(1), std::nullopt);
+  // rollback, joined and incarnations are optional: without incarnations every member is a first one.
   d = Membership::decode(R"({"generation": 0, "workers": [0]})", 1);
   ASSERT_TRUE(d.isOk()) << d.status().toString();
   EXPECT_FALSE(d->rollback);
   EXPECT_TRUE(d->joined.empty());
+  EXPECT_EQ(d->incarnationOf(0), 0);
 }
 
 TEST(MembershipDecode, RejectsMalformedMemberships) {
@@ -250,6 +255,9 @@ TEST(MembershipDecode, RejectsMalformedMemberships) {
   expectRejected(decode, R"({"generation": 1, "workers": [0], "joined": [1]})", "joined: rank 1 is not among");
   expectRejected(decode, R"({"generation": 1, "workers": [0, 1], "joined": [1, 1]})", "joined: rank 1 listed twice");
   expectRejected(decode, R"({"generation": 1, "workers": [0], "joined": null})", "joined");
+  expectRejected(decode, R"({"generation": 1, "workers": [0, 1], "incarnations": [0]})", "incarnations: 1 entries for 2");
+  expectRejected(decode, R"({"generation": 1, "workers": [0], "incarnations": [-1]})", "incarnations[0]: must be in");
+  expectRejected(decode, R"({"generation": 1, "workers": [0], "incarnations": [0.5]})", "incarnations[0]: expected an");
   expectRejected(decode, "[0, 1]", "expected an object");
   expectRejected(decode, "{", "not JSON");
   // Without a world size only the lower bound holds.

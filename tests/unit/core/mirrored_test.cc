@@ -102,12 +102,15 @@ void expectNear(const std::vector<float>& a, const std::vector<float>& b, const 
   EXPECT_LT(worst, 2e-5f) << what;
 }
 
-Membership membership(int64_t generation, std::vector<int> workers, bool rollback = false, std::vector<int> joined = {}) {
+// `incarnations`: one per member, as the controller publishes them (empty: all first incarnations).
+Membership membership(int64_t generation, std::vector<int> workers, bool rollback = false, std::vector<int> joined = {},
+                      std::vector<int> incarnations = {}) {
   Membership m;
   m.generation = generation;
   m.workers = std::move(workers);
   m.rollback = rollback;
   m.joined = std::move(joined);
+  m.incarnations = std::move(incarnations);
   return m;
 }
 
@@ -286,7 +289,7 @@ TEST(MirroredTest, RestartRollsEveryoneBackAndReplaysExactly) {
   EXPECT_EQ(c.node(2).result->status().code(), StatusCode::kCancelled);
   c.hub.restart(2);
   c.start(2, /*incarnation=*/1);
-  c.publish(membership(1, {0, 1, 2}, /*rollback=*/true, {2}));
+  c.publish(membership(1, {0, 1, 2}, /*rollback=*/true, {2}, {0, 0, 1}));
   c.joinAll();
 
   const std::vector<float> reference = referenceParameters(c.config(), c.train(), 3 * kBatch, kSteps);
@@ -329,7 +332,7 @@ TEST(MirroredTest, RestartRestoresTheLatestCheckpoint) {
   c.join(1);
   c.hub.restart(1);
   c.start(1, 1);
-  c.publish(membership(1, {0, 1}, true, {1}));
+  c.publish(membership(1, {0, 1}, true, {1}, {0, 1}));
   c.joinAll();
   const std::vector<float> reference = referenceParameters(c.config(), c.train(), 2 * kBatch, kSteps);
   for (int r = 0; r < 2; ++r) expectNear(c.outcome(r).parameters, reference, "rank " + std::to_string(r));
@@ -362,7 +365,7 @@ TEST(MirroredTest, CheckpointOnNoticeLosesNothing) {
   c.hub.kill(1, "exited after notice");  // the process is gone
   c.hub.restart(1);
   c.start(1, 1);
-  c.publish(membership(1, {0, 1, 2}, true, {1}));
+  c.publish(membership(1, {0, 1, 2}, true, {1}, {0, 1, 0}));
   c.joinAll();
   const std::vector<float> reference = referenceParameters(c.config(), c.train(), 3 * kBatch, kSteps);
   for (int r = 0; r < 3; ++r) {
@@ -411,7 +414,7 @@ TEST(MirroredTest, ElasticShrinksAndRegrows) {
   }
   c.hub.restart(2);
   c.start(2, 1);
-  c.publish(membership(2, {0, 1, 2}, false, {2}));
+  c.publish(membership(2, {0, 1, 2}, false, {2}, {0, 0, 1}));
   c.joinAll();
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(c.outcome(r).step, kSteps);
@@ -427,6 +430,33 @@ TEST(MirroredTest, ElasticShrinksAndRegrows) {
   EXPECT_EQ(c.events("membership_changed").size(), 2u);  // both survivors entered generation 2
   // The replacement trained from where the others were, not from the seed.
   EXPECT_LT(c.node(2).accounting.snapshot().steps, kSteps - kRegrowAt);
+}
+
+// A replacement that starts slowly may first see a generation published after the one that joined it (at
+// 64 workers, more replacements joined one by one): that generation lists it among the workers, no longer
+// among the joined, and names its incarnation. It must enter it: waiting for a generation that joins it
+// again held every member in the rendezvous until the time limit.
+TEST(MirroredTest, AReplacementEntersAGenerationPublishedAfterTheOneThatJoinedIt) {
+  constexpr int kBatch = 8;
+  constexpr int64_t kSteps = 60, kKillAt = 4;
+  Cluster c(3, tinyConfig(kBatch, kSteps), mirrored(/*elastic=*/true));
+  MirroredHooks killer;
+  killer.after_gradient = [&c](int64_t step, int64_t generation) {
+    if (generation == 0 && step == kKillAt) c.hub.kill(2);
+  };
+  c.startAll({{2, killer}});
+  c.join(2);
+  c.publish(membership(1, {0, 1}));
+  c.hub.restart(2);
+  c.publish(membership(2, {0, 1, 2}, false, {2}, {0, 0, 1}));
+  c.publish(membership(3, {0, 1, 2}, false, {}, {0, 0, 1}));
+  c.start(2, 1);
+  c.joinAll();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(c.outcome(r).step, kSteps) << "rank " << r;
+    EXPECT_EQ(c.outcome(r).generation, 3) << "rank " << r;
+    EXPECT_EQ(c.outcome(r).parameters, c.outcome(0).parameters) << "rank " << r;
+  }
 }
 
 // Backup workers: a step applies the first N-b gradients; a rank that stalls does not hold the others back

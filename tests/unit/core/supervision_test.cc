@@ -67,7 +67,8 @@ TEST(SupervisionTest, RestartPolicyWaitsForEveryLostWorkerThenRollsBackTogether)
   EXPECT_EQ(m[0].generation, 1);
   EXPECT_EQ(m[0].workers, (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(m[0].rollback);
-  EXPECT_EQ(m[0].joined, (std::vector<int>{2}));
+  EXPECT_EQ(m[0].joined, (std::vector<int>{1, 2})) << "both replacements join (worker 1 was ready first)";
+  EXPECT_EQ(m[0].incarnations, (std::vector<int>{0, 1, 1}));
   // The first step after the fault closes both episodes, each from its own start.
   EXPECT_EQ(recoveries(s.onRecoveredEvent(9)), (std::vector<double>{4, 3}));
   EXPECT_TRUE(recoveries(s.onRecoveredEvent(10)).empty());
@@ -89,6 +90,12 @@ TEST(SupervisionTest, ElasticShrinksAtOnceAndGrowsWhenTheReplacementIsReady) {
   EXPECT_EQ(grow[0].generation, 2);
   EXPECT_EQ(grow[0].workers, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(grow[0].joined, (std::vector<int>{1}));
+  EXPECT_EQ(grow[0].incarnations, (std::vector<int>{0, 1, 0}));
+  // Later generations still name the replacement's incarnation, no longer as joined.
+  auto again = published(s.onExit(killed(kWorker2, /*by_chaos=*/false), 6, 100));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].joined.empty());
+  EXPECT_EQ(again[0].incarnations, (std::vector<int>{0, 1}));
 }
 
 // A collective failure that no process exit explains (a member frozen past the timeout, a partition) still
