@@ -99,7 +99,7 @@ StoreWatchBackoff::Next StoreWatchBackoff::after(const Status& outcome) {
 }
 
 ControlChannel::ControlChannel(Store& store, std::string prefix, std::string node, int incarnation, int world_workers)
-    : store_(store), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation),
+    : store_(store), polls_(store.session()), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation),
       world_workers_(world_workers) {
   backoff_wait_ = [this](std::chrono::milliseconds wait) {
     MutexLock lock(mu_);
@@ -172,9 +172,9 @@ void ControlChannel::rejectOnce(const std::string& k, const Status& problem) {
   LOG(WARNING) << node_ << ": ignoring malformed " << k << ": " << problem.message();
 }
 
-Result<Membership> ControlChannel::readMembership(int64_t generation, Deadline deadline) {
+Result<Membership> ControlChannel::readMembership(Store& from, int64_t generation, Deadline deadline) {
   const std::string k = "membership/" + std::to_string(generation);
-  auto v = store_.get(keys_.membership(generation), deadline);
+  auto v = from.get(keys_.membership(generation), deadline);
   if (!v.isOk()) return v.status();
   // Decode problems are DataLoss, so that they never pass for the store's own errors.
   auto m = Membership::decode(*v, world_workers_);
@@ -186,7 +186,7 @@ Result<Membership> ControlChannel::readMembership(int64_t generation, Deadline d
 }
 
 Result<Membership> ControlChannel::membership(int64_t generation, Deadline deadline) {
-  auto m = readMembership(generation, deadline);
+  auto m = readMembership(store_, generation, deadline);
   if (!m.isOk() && m.status().code() == StatusCode::kDataLoss)
     rejectOnce("membership/" + std::to_string(generation), m.status());
   return m;
@@ -221,6 +221,7 @@ Result<Membership> ControlChannel::waitMembershipAfter(int64_t after, Deadline d
 }
 
 bool ControlChannel::pace(StoreWatchBackoff& backoff, const Status& outcome, const char* watcher, bool log) {
+  if (closing()) return false;  // the outcome may be stopBackground's interruption
   const StoreWatchBackoff::Next next = backoff.after(outcome);
   if (next.controller_gone) {
     if (requestStop(kControllerLost) != kControllerLost)
@@ -238,7 +239,7 @@ bool ControlChannel::pace(StoreWatchBackoff& backoff, const Status& outcome, con
 void ControlChannel::watchStop() {
   StoreWatchBackoff backoff;
   while (!closing()) {
-    auto v = store_.get(keys_.stop(), deadlineIn(kWatchPoll));
+    auto v = polls_->get(keys_.stop(), deadlineIn(kWatchPoll));
     if (v.isOk()) {
       (void)requestStop(kStopRequested);
       return;
@@ -251,7 +252,7 @@ void ControlChannel::watchMembership() {
   StoreWatchBackoff backoff;
   int64_t next = latest_generation_.load() + 1;
   while (!closing()) {
-    auto m = readMembership(next, deadlineIn(kWatchPoll));
+    auto m = readMembership(*polls_, next, deadlineIn(kWatchPoll));
     Status outcome = m.status();
     if (m.isOk()) {
       latest_generation_.store(next, std::memory_order_release);
@@ -260,7 +261,7 @@ void ControlChannel::watchMembership() {
       // Never followed. The controller may overwrite it, or publish the next generation, which supersedes
       // it: look at both, at the backoff's pace.
       rejectOnce("membership/" + std::to_string(next), outcome);
-      auto newer = store_.contains(keys_.membership(next + 1));
+      auto newer = polls_->contains(keys_.membership(next + 1));
       if (newer.isOk() && *newer) {
         ++next;
         outcome = Status::ok();
@@ -276,7 +277,7 @@ void ControlChannel::watchLinks(const std::function<Status(const LinkCommand&)>&
   StoreWatchBackoff backoff;
   const std::string base = "link/" + node_ + "/";
   for (int64_t i = 0; !closing();) {
-    auto text = store_.get(keys_.linkCommand(node_, i), deadlineIn(kWatchPoll));
+    auto text = polls_->get(keys_.linkCommand(node_, i), deadlineIn(kWatchPoll));
     if (!text.isOk()) {
       if (!pace(backoff, text.status(), "link")) return;
       continue;
@@ -293,7 +294,7 @@ void ControlChannel::watchLinks(const std::function<Status(const LinkCommand&)>&
         LOG(WARNING) << node_ << ": link command " << i << " failed: " << outcome.toString();
     }
     // Every command is answered, so the controller never waits out its deadline on one.
-    Status acked = store_.set(keys_.linkAck(node_, i), encodeLinkAck(outcome));
+    Status acked = polls_->set(keys_.linkAck(node_, i), encodeLinkAck(outcome));
     ++i;
     if (!pace(backoff, acked, "link")) return;
   }
@@ -304,8 +305,8 @@ void ControlChannel::setBackoffWait(BackoffWait wait) { backoff_wait_ = std::mov
 void ControlChannel::startBackground(std::function<NodeStats()> stats, std::chrono::milliseconds period) {
   closing_ = false;
   stats_fn_ = stats;
-  threads_.emplace_back([this] { watchStop(); });
-  threads_.emplace_back([this] { watchMembership(); });
+  startWatcher([this] { watchStop(); });
+  startWatcher([this] { watchMembership(); });
   threads_.emplace_back([this, stats = std::move(stats), period] {
     auto next = SteadyClock::now();
     while (!closing()) {
@@ -318,7 +319,22 @@ void ControlChannel::startBackground(std::function<NodeStats()> stats, std::chro
 }
 
 void ControlChannel::startLinkWatcher(std::function<Status(const LinkCommand&)> apply) {
-  threads_.emplace_back([this, apply = std::move(apply)] { watchLinks(apply); });
+  startWatcher([this, apply = std::move(apply)] { watchLinks(apply); });
+}
+
+void ControlChannel::startWatcher(std::function<void()> watch) {
+  {
+    MutexLock lock(mu_);
+    ++watching_;
+  }
+  threads_.emplace_back([this, watch = std::move(watch)] {
+    watch();
+    {
+      MutexLock lock(mu_);
+      --watching_;
+    }
+    cv_.notify_all();
+  });
 }
 
 void ControlChannel::stopBackground() {
@@ -327,6 +343,17 @@ void ControlChannel::stopBackground() {
     closing_ = true;
   }
   cv_.notify_all();
+  // A watcher in its long poll returns only when the get does. Interrupt until every watcher is out: one
+  // that was just starting its get when an interruption came is caught by the next.
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (watching_ == 0) break;
+    }
+    polls_->interruptGets();
+    MutexLock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(20), [this]() CHAOSBED_REQUIRES(mu_) { return watching_ == 0; });
+  }
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();

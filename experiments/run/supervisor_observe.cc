@@ -134,13 +134,27 @@ NodeStats Supervisor::nodeStats(const std::string& name) const {
   NodeStats total;
   for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
     const std::string k = keys_.stats(name, inc);
-    auto has = ctx_.store->contains(k);
-    if (!has.isOk() || !*has) continue;
+    bool seen = false;
+    {
+      MutexLock lock(stats_cache_mu_);
+      if (auto it = stats_final_.find(k); it != stats_final_.end()) {
+        total.merge(it->second);
+        continue;
+      }
+      seen = stats_seen_.count(k) > 0;
+    }
+    if (!seen) {
+      auto has = ctx_.store->contains(k);
+      if (!has.isOk() || !*has) continue;
+    }
     auto v = ctx_.store->get(k, deadlineIn(1s));
     if (!v.isOk()) continue;
     auto stats = NodeStats::decode(*v);
     if (stats.isOk()) {
       total.merge(*stats);
+      MutexLock lock(stats_cache_mu_);
+      stats_seen_.insert(k);
+      if (stats->final_report) stats_final_.emplace(k, *stats);
       continue;
     }
     // Ignored (a report never counts in part); logged once per key, not at every poll.

@@ -466,9 +466,14 @@ Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secr
 
 class TcpStore final : public Store {
  public:
+  // `first`: an authenticated connection to start the pool with, or none (a session connects on first use).
   TcpStore(net::HostPort server, const Secret& secret, FileDescriptor first, std::chrono::milliseconds op_timeout)
       : server_(std::move(server)), secret_(secret), op_timeout_(op_timeout) {
-    idle_.push_back(std::move(first));
+    if (first.valid()) idle_.push_back(std::move(first));
+  }
+
+  std::unique_ptr<Store> session() override {
+    return std::make_unique<TcpStore>(server_, secret_, FileDescriptor(), op_timeout_);
   }
 
   Status set(const std::string& key, const std::string& value) override {
@@ -482,6 +487,16 @@ class TcpStore final : public Store {
     net::appendU64(operand, static_cast<uint64_t>(std::max<int64_t>(left, 0)));
     // A little grace so that the server's own Timeout answer, not a cut connection, normally ends the wait.
     return call(kGet, key, operand, deadline + std::chrono::milliseconds(50));
+  }
+
+  // Shuts down the connections of the gets in flight: their reads end at once. Each such connection is
+  // dropped afterwards (the server sees it close), and the call reports Cancelled, not a lost server.
+  void interruptGets() override {
+    MutexLock lock(mu_);
+    for (auto& [fd, interrupted] : in_get_) {
+      ::shutdown(fd, SHUT_RDWR);
+      interrupted = true;
+    }
   }
 
   Result<int64_t> add(const std::string& key, int64_t delta) override {
@@ -565,19 +580,25 @@ class TcpStore final : public Store {
     body += key;
     body += operand;
     std::string request = frame(body);
-    if (Status s = net::writeAll(fd.get(), std::as_bytes(std::span(request)), deadline); !s.isOk())
-      return s.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + s.message()) : lost(what, s);
+    if (op == kGet) {
+      MutexLock lock(mu_);
+      in_get_[fd.get()] = false;
+    }
+    std::string payload;
     char header[5];
-    if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(header)), deadline); !s.isOk())
-      return s.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + s.message()) : lost(what, s);
-    uint32_t len = net::loadU32(header);
-    if (len < 1 || len > kMaxFrame) return lost(what, Status::dataLoss("malformed reply"));
-    std::string payload(len - 1, '\0');
-    if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(payload)), deadline); !s.isOk())
-      return s.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + s.message()) : lost(what, s);
+    Status io = exchange(fd.get(), request, header, payload, deadline);
+    bool interrupted = false;
     {
       MutexLock lock(mu_);
-      idle_.push_back(std::move(fd));
+      if (op == kGet) {
+        interrupted = in_get_[fd.get()];
+        in_get_.erase(fd.get());
+      }
+      if (io.isOk() && !interrupted) idle_.push_back(std::move(fd));
+    }
+    if (!io.isOk()) {
+      if (interrupted) return Status::cancelled(what + ": interrupted");
+      return io.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + io.message()) : lost(what, io);
     }
     switch (static_cast<Code>(header[4])) {
       case kCodeOk: return payload;
@@ -585,6 +606,17 @@ class TcpStore final : public Store {
       case kCodeInvalid: return Status::invalidArgument(what + ": " + payload);
     }
     return Status::internal(what + ": unknown reply code " + std::to_string(header[4]));
+  }
+
+  // Sends one request and reads its answer: the header (length, code) and the payload.
+  static Status exchange(int fd, const std::string& request, char (&header)[5], std::string& payload,
+                         Deadline deadline) {
+    CHAOSBED_RETURN_IF_ERROR(net::writeAll(fd, std::as_bytes(std::span(request)), deadline));
+    CHAOSBED_RETURN_IF_ERROR(net::readAll(fd, std::as_writable_bytes(std::span(header)), deadline));
+    const uint32_t len = net::loadU32(header);
+    if (len < 1 || len > kMaxFrame) return Status::dataLoss("malformed reply");
+    payload.assign(len - 1, '\0');
+    return net::readAll(fd, std::as_writable_bytes(std::span(payload)), deadline);
   }
 
   // The server is gone (refused, reset, EOF): every later call fails at once, without reconnecting.
@@ -600,6 +632,7 @@ class TcpStore final : public Store {
   const std::chrono::milliseconds op_timeout_;
   Mutex mu_;
   std::vector<FileDescriptor> idle_ CHAOSBED_GUARDED_BY(mu_);
+  std::map<int, bool> in_get_ CHAOSBED_GUARDED_BY(mu_);  // connections of the gets in flight: interrupted?
   bool server_lost_ CHAOSBED_GUARDED_BY(mu_) = false;
 };
 

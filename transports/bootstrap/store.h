@@ -8,7 +8,8 @@
 // decimal text, so get() of a counter reads e.g. "3"; add() on a key holding anything else is
 // InvalidArgument. append() adds one entry to a list (a namespace of its own, apart from the keys) in one
 // request: a writer killed at any instruction leaves the whole entry or nothing, and a list never has holes;
-// readList() returns the entries that exist from an index on and never blocks. All calls are thread-safe and
+// readList() returns the entries that exist from an index on and never blocks. interruptGets() ends the gets
+// of one client (a session()) blocked at that moment with Cancelled (long polls that their owner shuts down). All calls are thread-safe and
 // carry deadlines (set/add/contains/append/readList use the client's operation timeout); a lost server
 // connection turns into Unavailable, never a hang.
 //
@@ -58,6 +59,11 @@ class Store {
   // Entries [from, from + max_entries) of the list `key` that exist now: fewer, or none, when the list is
   // shorter (an absent list is empty). A reply stops early past 16 MiB; read again from where it ended.
   virtual Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) = 0;
+  // Ends every get of this client blocked now, in any thread, with Cancelled; later calls are unaffected. A
+  // get that is about to start may miss it: an owner that stops its pollers calls it until they are gone.
+  virtual void interruptGets() = 0;
+  // Another client of the same store, with its own connections: its interruptGets() ends only its own gets.
+  virtual std::unique_ptr<Store> session() = 0;
 };
 
 // Serves a Store over TCP on a background thread until destroyed.

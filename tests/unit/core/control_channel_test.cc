@@ -27,6 +27,25 @@ using ms = std::chrono::milliseconds;
 constexpr char kRun[] = "run";
 std::string runKey(const std::string& suffix) { return std::string(kRun) + "/" + suffix; }
 
+// A Store that forwards every call to another one.
+class Forward : public Store {
+ public:
+  explicit Forward(Store& to) : to_(to) {}
+  Status set(const std::string& k, const std::string& v) override { return to_.set(k, v); }
+  Result<std::string> get(const std::string& k, Deadline d) override { return to_.get(k, d); }
+  Result<int64_t> add(const std::string& k, int64_t d) override { return to_.add(k, d); }
+  Result<bool> contains(const std::string& k) override { return to_.contains(k); }
+  Result<int64_t> append(const std::string& k, const std::string& v) override { return to_.append(k, v); }
+  Result<std::vector<std::string>> readList(const std::string& k, int64_t from, int n) override {
+    return to_.readList(k, from, n);
+  }
+  void interruptGets() override { to_.interruptGets(); }
+  std::unique_ptr<Store> session() override { return to_.session(); }
+
+ private:
+  Store& to_;
+};
+
 // A Store whose chosen keys fail at once with a chosen status (a dead or broken store); other keys behave
 // like the real store (get blocks until the key exists or the deadline). Counts get calls per key.
 class ScriptedStore : public Store {
@@ -42,6 +61,11 @@ class ScriptedStore : public Store {
       released_ = true;
     }
     cv_.notify_all();
+  }
+  // From now on a get ignores its deadline: only the key, release() or interruptGets() end it.
+  void ignoreDeadlines() {
+    std::lock_guard lock(mu_);
+    deaf_ = true;
   }
   int gets(const std::string& key) {
     std::lock_guard lock(mu_);
@@ -66,10 +90,28 @@ class ScriptedStore : public Store {
     ++gets_[key];
     cv_.notify_all();
     if (auto it = failing_.find(key); it != failing_.end()) return it->second;
-    if (!cv_.wait_until(lock, deadline, [&] { return map_.count(key) > 0 || released_; }) || !map_.count(key))
+    const uint64_t interrupts = interrupts_;
+    const auto answered = [&] { return map_.count(key) > 0 || released_ || interrupts_ != interrupts; };
+    if (deaf_) {
+      cv_.wait(lock, answered);
+    } else if (!cv_.wait_until(lock, deadline, answered)) {
       return Status::timeout("scripted store: no key " + key);
+    }
+    if (!map_.count(key)) {
+      if (interrupts_ != interrupts) return Status::cancelled("scripted store: get " + key + " interrupted");
+      return Status::timeout("scripted store: no key " + key);
+    }
     return map_[key];
   }
+  void interruptGets() override {
+    {
+      std::lock_guard lock(mu_);
+      ++interrupts_;
+    }
+    cv_.notify_all();
+  }
+  // The channel's watchers poll through a session: this one forwards every call, counts included.
+  std::unique_ptr<Store> session() override { return std::make_unique<Forward>(*this); }
   Result<int64_t> add(const std::string&, int64_t) override { return Status::internal("not scripted"); }
   Result<int64_t> append(const std::string&, const std::string&) override { return Status::internal("not scripted"); }
   Result<std::vector<std::string>> readList(const std::string&, int64_t, int) override {
@@ -88,6 +130,8 @@ class ScriptedStore : public Store {
   std::map<std::string, Status> failing_;
   std::map<std::string, int> gets_;
   bool released_ = false;
+  bool deaf_ = false;
+  uint64_t interrupts_ = 0;
 };
 
 // Records the backoff waits the watchers ask for, without sleeping; fulfils `done` at the limit-th wait
@@ -200,6 +244,23 @@ TEST(ControlWatchers, StopWatcherBacksOffOnErrorsWithoutStopping) {
             (std::vector<ms>{50ms, 100ms, 200ms, 400ms, 800ms, 1000ms, 1000ms, 1000ms, 1000ms, 1000ms}));
   EXPECT_FALSE(control.stopRequested()) << "an error that is not Unavailable does not mean the controller is gone";
   EXPECT_FALSE(control.controllerLost());
+}
+
+TEST(ControlWatchers, StopBackgroundInterruptsTheLongPollsInFlight) {
+  ScriptedStore store;
+  store.ignoreDeadlines();  // a poll ends only when interrupted: without the interruption this never returns
+  ControlChannel control(store, kRun, "worker-0", 0);
+  RecordedWaits waits;
+  control.setBackoffWait(waits.fn());
+  LogCounter warnings("watcher");
+  control.startBackground(noStats, kNoReports);
+  control.startLinkWatcher([](const LinkCommand&) { return Status::ok(); });
+  for (const char* key : {"stop", "membership/0", "link/worker-0/0"})
+    ASSERT_TRUE(store.waitGets(runKey(key), 1, deadlineIn(10s))) << key << " is not being watched";
+  control.stopBackground();
+  EXPECT_EQ(warnings.count(), 0) << "an interruption at shutdown is not a store error";
+  EXPECT_TRUE(waits.get().empty()) << "no watcher backed off";
+  EXPECT_FALSE(control.stopRequested());
 }
 
 TEST(ControlWatchers, StopWatcherStopsTheNodeWhenTheStoreIsGone) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -158,6 +159,31 @@ TEST_F(StoreFixture, BlockedGetIsAnsweredBySetFromAnotherThreadOfTheSameClient) 
   waiter.join();
   ASSERT_TRUE(got.isOk()) << got.status().toString();
   EXPECT_EQ(*got, "here");
+}
+
+TEST_F(StoreFixture, InterruptedGetsEndCancelledAndTheClientStaysUsable) {
+  Result<std::string> got = Status::internal("not run");
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    got = store_->get("never", deadlineIn(seconds(60)));
+    done = true;
+  });
+  // The get may not have started at the first interruption: interrupt until it ends (as ControlChannel
+  // does), long before its 60 s deadline.
+  while (!done) {
+    store_->interruptGets();
+    std::this_thread::yield();
+  }
+  waiter.join();
+  ASSERT_FALSE(got.isOk());
+  EXPECT_EQ(got.status().code(), StatusCode::kCancelled) << got.status().toString();
+  // Not a lost server: later calls, a blocking get among them, work.
+  ASSERT_TRUE(store_->set("after", "1").isOk());
+  auto again = store_->get("after", deadlineIn(seconds(5)));
+  ASSERT_TRUE(again.isOk()) << again.status().toString();
+  EXPECT_EQ(*again, "1");
+  auto timed = store_->get("still-never", deadlineIn(milliseconds(50)));
+  EXPECT_EQ(timed.status().code(), StatusCode::kTimeout) << timed.status().toString();
 }
 
 TEST_F(StoreFixture, ManyClientsCountConcurrently) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The controller's own CPU over a many-node run: runs experiments/scenarios/many-workers.yaml with one
+# strategy (default parameter_server: 64 workers, 4 server shards and the evaluator, 69 nodes) and samples
+# the `chaosbed run` process's utime+stime (its own threads, not its children) from /proc once a second.
+# Prints its CPU seconds, their share of one core over the process's life, and the load at start and end.
+# Usage: bench/controller_cpu.sh [STRATEGY] [TIME_LIMIT_S] [CHAOSBED_BINARY]
+# Refuses to start when the 1-minute load is above 0.5 per core: a figure taken under load is not a result.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+strategy=${1:-parameter_server}
+limit=${2:-40}
+bin=${3:-build/chaosbed}
+[ -x "$bin" ] || { echo "controller_cpu: $bin is not an executable (build it first, or pass its path)" >&2; exit 2; }
+cores=$(nproc)
+load1=$(cut -d' ' -f1 /proc/loadavg)
+if awk -v l="$load1" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
+  echo "controller_cpu: load $load1 is above 0.5 per core on $cores cores; wait for a quiet machine" >&2
+  exit 2
+fi
+out=$(mktemp -d /tmp/chaosbed-controller-cpu.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+echo "strategy: $strategy  time limit: ${limit} s  load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$bin" run experiments/scenarios/many-workers.yaml --out "$out/run" --set "training.time_limit_s=$limit" \
+  --set "strategies=[{name: $strategy}]" >"$out/log" 2>&1 &
+pid=$!
+started=$(date +%s.%N)
+tick=$(getconf CLK_TCK)
+ticks=0
+while kill -0 "$pid" 2>/dev/null; do
+  # Fields 14 and 15 of /proc/PID/stat (after the parenthesised name): utime and stime in clock ticks.
+  if stat=$(cat "/proc/$pid/stat" 2>/dev/null); then
+    ticks=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' <<<"$stat")
+  fi
+  sleep 1
+done
+rc=0
+wait "$pid" || rc=$?
+ended=$(date +%s.%N)
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$rc" -eq 0 ] || { echo "controller_cpu: the run failed (exit $rc):" >&2; tail -20 "$out/log" >&2; exit 2; }
+/usr/bin/python3 - "$out/run/summary.json" "$strategy" "$ticks" "$tick" "$started" "$ended" <<'EOF'
+import json, sys
+summary, strategy = json.load(open(sys.argv[1])), sys.argv[2]
+cpu = int(sys.argv[3]) / int(sys.argv[4])
+life = float(sys.argv[6]) - float(sys.argv[5])
+wall = summary["strategies"][strategy]["wall_seconds"]
+print(f"controller CPU: {cpu:.2f} s in its {life:.1f} s life (training {wall:.1f} s, plus start-up and shutdown): "
+      f"{100 * cpu / life:.1f}% of a core")
+EOF
