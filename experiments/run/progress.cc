@@ -47,9 +47,12 @@ std::string ProgressPrinter::line(const Progress& p) const {
         std::snprintf(eta, sizeof eta, "ETA %.0f s", std::ceil(remaining));
     }
   }
+  double steps_per_s = 0;
+  if (auto last = last_printed_.find(p.label); last != last_printed_.end() && p.elapsed_s > last->second.elapsed_s)
+    steps_per_s = double(p.steps - last->second.steps) / (p.elapsed_s - last->second.elapsed_s);
   char buf[256];
   std::snprintf(buf, sizeof buf, "[%s] %6.1f s  acc %s / %.2f  %s  %.0f steps/s  nodes %d/%d  faults %d active, %d applied",
-                p.label.c_str(), p.elapsed_s, acc, target_, eta, p.steps_per_s, p.alive, p.nodes, p.faults_active,
+                p.label.c_str(), p.elapsed_s, acc, target_, eta, steps_per_s, p.alive, p.nodes, p.faults_active,
                 p.faults);
   return buf;
 }
@@ -64,10 +67,10 @@ void ProgressPrinter::update(const Progress& p) {
     std::fprintf(out_, "\r\033[K%s", line(p).c_str());
   } else {
     auto last = last_printed_.find(p.label);
-    if (last != last_printed_.end() && p.elapsed_s - last->second < pipe_interval_s_) return;
-    last_printed_[p.label] = p.elapsed_s;
+    if (last != last_printed_.end() && p.elapsed_s - last->second.elapsed_s < pipe_interval_s_) return;
     std::fprintf(out_, "%s\n", line(p).c_str());
   }
+  last_printed_[p.label] = {p.elapsed_s, p.steps};
   std::fflush(out_);
 }
 

@@ -30,7 +30,8 @@ class ProgressPrinter {
   // Ends the strategy's line: "[label] done: reason" on a line of its own.
   void done(const std::string& label, const std::string& reason);
 
-  // The status line for `p` (without a newline), as update() prints it.
+  // The status line for `p` (without a newline), as update() prints it. Its steps/s is the rate since the
+  // strategy's last printed line (a pipe's 5 s, not one 500 ms sample that a slow all-reduce empties).
   std::string line(const Progress& p) const;
 
  private:
@@ -39,7 +40,11 @@ class ProgressPrinter {
   double target_;
   double pipe_interval_s_;
   std::map<std::string, std::vector<std::pair<double, double>>> evaluations_;  // per strategy: (t, accuracy)
-  std::map<std::string, double> last_printed_;                              // per strategy: run time
+  struct Printed {
+    double elapsed_s = 0;
+    int64_t steps = 0;
+  };
+  std::map<std::string, Printed> last_printed_;  // per strategy: the last line's run time and steps
 };
 
 }  // namespace chaosbed::run

@@ -276,7 +276,6 @@ Result<StrategyResult> Supervisor::run() {
   const double time_limit = spec_.training.time_limit_s;
   auto last_progress = SteadyClock::now();
   int64_t last_steps = 0;
-  double last_progress_t = 0;
   double last_advance_t = 0;  // when the workers' step count last grew
   double last_node_sample_t = -kNodeSampleInterval;
   std::optional<SteadyClock::time_point> stopped_at;
@@ -326,7 +325,7 @@ Result<StrategyResult> Supervisor::run() {
           p.accuracy = result_.timeline.back().accuracy;
           p.accuracy_at_s = result_.timeline.back().time_s;
         }
-        p.steps_per_s = t > last_progress_t ? double(w.steps - last_steps) / (t - last_progress_t) : 0;
+        p.steps = w.steps;
         p.alive = aliveCount();
         p.nodes = int(names_.size());
         p.faults = chaos_controller ? int(chaos_controller->appliedCount()) : 0;
@@ -336,7 +335,6 @@ Result<StrategyResult> Supervisor::run() {
       }
       exportMetrics(chaos_controller.get(), stats);
       last_steps = w.steps;
-      last_progress_t = t;
       last_progress = SteadyClock::now();
     }
     if (!any_worker && !stop_sent_) {

@@ -108,7 +108,7 @@ struct Progress {
   double time_limit_s = 0;
   std::optional<double> accuracy;      // of the latest evaluation
   std::optional<double> accuracy_at_s; // its snapshot time
-  double steps_per_s = 0;
+  int64_t steps = 0;  // the workers' steps so far (the printer shows their rate since its last line)
   int alive = 0;
   int nodes = 0;
   int faults = 0;         // applied so far

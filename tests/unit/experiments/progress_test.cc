@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -58,6 +59,30 @@ TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
   // Accuracy 0.5 + 0.04 t reaches 0.85 at t = 8.75: at t = 5, 3.75 s ahead (rounded up); at t = 10, past it.
   EXPECT_NE(s.find("ETA 4 s"), std::string::npos) << s;
   EXPECT_NE(s.find("at target"), std::string::npos) << s;
+}
+
+TEST(Progress, StepsPerSecondIsTheRateSinceTheLastLine) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressPrinter printer(out, /*tty=*/false, 0.85, /*pipe_interval_s=*/5.0);
+    for (int i = 0; i <= 20; ++i) {  // 100 steps/s until 6 s, then none (a long all-reduce)
+      Progress p;
+      p.label = "mirrored";
+      p.elapsed_s = 0.5 * i;
+      p.steps = int64_t(100 * std::min(p.elapsed_s, 6.0));
+      printer.update(p);
+    }
+  }
+  std::fclose(out);
+  const std::string s(text, size);
+  std::free(text);
+  // Lines at 0, 5 and 10 s: none yet, 500 steps in 5 s, then 100 steps in 5 s (the last 500 ms had none).
+  EXPECT_NE(s.find("  0 steps/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("  100 steps/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("  20 steps/s"), std::string::npos) << s;
 }
 
 }  // namespace
