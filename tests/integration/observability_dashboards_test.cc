@@ -192,13 +192,15 @@ TEST(ObservabilityDashboards, LegendsNameTheExperimentAndRatesOfSecondsAreNotSec
     const std::string unit = p.value("fieldConfig", json::object()).value("defaults", json::object()).value("unit", "");
     for (const json& t : p.value("targets", json::array())) {
       const std::string where = "panel '" + p.value("title", "") + "'";
-      if (p.value("type", "") != "heatmap")
+      if (p.value("type", "") != "heatmap") {
         EXPECT_NE(t.value("legendFormat", "").find("{{experiment}}"), std::string::npos)
             << where << ": several experiments may be selected at once; the legend must say which";
+      }
       // rate() of a seconds counter is node-seconds per second: a count of nodes, not a duration.
       const std::string expr = t.value("expr", "");
-      if (std::regex_search(expr, std::regex(R"(rate\(chaosbed_[a-z_]*seconds_total)")))
+      if (std::regex_search(expr, std::regex(R"(rate\(chaosbed_[a-z_]*seconds_total)"))) {
         EXPECT_NE(unit, "s") << where << ": a rate of seconds has no unit of seconds";
+      }
     }
   }
 }

@@ -89,8 +89,9 @@ class ChaosCrash : public ::testing::Test {
     if (counters_) ::munmap(counters_, 4096);
     if (!group_.empty()) {
       Result<std::vector<std::string>> groups = listGroups();
-      if (groups.isOk())
+      if (groups.isOk()) {
         EXPECT_EQ(std::count(groups->begin(), groups->end(), group_), 0) << "cgroup " << group_ << " left behind";
+      }
     }
     ::prctl(PR_SET_CHILD_SUBREAPER, 0);
   }
@@ -109,7 +110,7 @@ class ChaosCrash : public ::testing::Test {
       ActuatorSet set(*cluster_, {.pause_mode = PauseMode::kFreezer});
       Controller ctl(pauseAndSlow(), *cluster_, set.map(),
                      {.events = log.isOk() ? log->get() : nullptr, .state_dir = dir_ + "/state",
-                      .agent_binary = CHAOSBED_BINARY, .lease_interval_s = 0.2, .lease_timeout_s = 1.0});
+                      .agent_binary = CHAOSBED_BINARY, .lease_interval_s = 0.2, .lease_timeout_s = 1.0, .strategy = "chaos-crash"});
       if (!ctl.start().isOk() || !ctl.waitProcessed(0, 5s)) ::_exit(3);
       const int agent = ctl.agentPid();
       (void)!::write(up[1], &agent, sizeof agent);

@@ -160,8 +160,9 @@ TEST_F(StartupLoss, WorkersLostAtTheStartAreReplacedAndBothStrategiesReachTheTar
       EXPECT_GT(s["tta_seconds"].get<double>(), exit_t) << "the target came before the loss of " << node;
       // Mirrored (restart) cannot reach the target without them; the parameter server's survivors may
       // before the replacements are due.
-      if (std::string(strategy) == "mirrored" || stop_t > exit_t + kRestartAfterS + 1)
+      if (std::string(strategy) == "mirrored" || stop_t > exit_t + kRestartAfterS + 1) {
         EXPECT_FALSE(events(strategy, "node.restarted", node).empty()) << node << " was not replaced";
+      }
     }
   }
 

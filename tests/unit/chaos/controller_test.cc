@@ -16,6 +16,15 @@ using namespace std::chrono_literals;
 using testing::parseOk;
 
 // A cluster without processes: records replacements.
+// Options with a test clock (and a state directory, an event log) and every other field at its default.
+ControllerOptions withClock(Clock* clock, std::string state_dir = {}, EventLog* events = nullptr) {
+  ControllerOptions o;
+  o.clock = clock;
+  o.state_dir = std::move(state_dir);
+  o.events = events;
+  return o;
+}
+
 class FakeCluster : public Cluster {
  public:
   explicit FakeCluster(std::vector<NodeInfo> nodes) : nodes_(std::move(nodes)) {}
@@ -98,7 +107,7 @@ class ChaosController : public ::testing::Test {
 
 TEST_F(ChaosController, AppliesAndRevertsAtPlannedTimes) {
   Controller c(plan("chaos:\n  faults:\n    - {name: p, action: pause, target: {role: worker, index: 1}, at_s: 10, duration_s: 5}\n"),
-               cluster, actuators(), {.clock = &clock});
+               cluster, actuators(), withClock(&clock));
   ASSERT_TRUE(c.start().isOk());
   ASSERT_TRUE(c.waitProcessed(9.9, 0ms) == false);  // the clock has not moved
   clock.advanceSeconds(9.9);
@@ -122,7 +131,7 @@ TEST_F(ChaosController, StopRevertsEverythingStillApplied) {
   Controller c(plan("chaos:\n  faults:\n    - {name: s, action: slow, target: {role: worker}, at_s: 1, params: {cpu_fraction: 0.5}}\n"
                     "    - {name: l, action: link, target: {between: [{role: worker, index: 0}, {role: ps}]}, at_s: 2, "
                     "params: {bandwidth_mbps: 10}}\n"),
-               cluster, actuators(), {.clock = &clock});
+               cluster, actuators(), withClock(&clock));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(3);
   ASSERT_TRUE(c.waitProcessed(3, 5s));
@@ -141,7 +150,7 @@ TEST_F(ChaosController, StopRevertsEverythingStillApplied) {
 TEST_F(ChaosController, FailedRevertAtStopIsALeakAndStaysInTheStateFile) {
   const std::string dir = tmpDir("leak");
   Controller c(plan("chaos:\n  faults:\n    - {name: s, action: slow, target: {role: ps}, at_s: 1, params: {cpu_fraction: 0.5}}\n"),
-               cluster, actuators(), {.clock = &clock, .state_dir = dir});
+               cluster, actuators(), withClock(&clock, dir));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(1);
   ASSERT_TRUE(c.waitProcessed(1, 5s));
@@ -160,7 +169,7 @@ TEST_F(ChaosController, StateFileListsAppliedFaultsAndCleanupStaleHealsThem) {
   const std::string dir = tmpDir("state");
   Controller c(plan("chaos:\n  faults:\n    - {name: p, action: pause, target: {role: worker, index: 2}, at_s: 1}\n"
                     "    - {name: q, action: pause, target: {role: worker, index: 1}, at_s: 1, duration_s: 1}\n"),
-               cluster, actuators(), {.clock = &clock, .state_dir = dir});
+               cluster, actuators(), withClock(&clock, dir));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(1);
   ASSERT_TRUE(c.waitProcessed(1, 5s));
@@ -204,7 +213,7 @@ TEST_F(ChaosController, CleanupStaleHealsAnUnfinishedState) {
 TEST_F(ChaosController, ProgressTriggerFiresAtTheNamedStep) {
   Controller c(plan("chaos:\n  faults:\n    - {name: t, action: pause, target: {role: worker, index: 0}, "
                     "when: {node: worker-2, step: 300}, duration_s: 2}\n"),
-               cluster, actuators(), {.clock = &clock});
+               cluster, actuators(), withClock(&clock));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(50);
   c.notify("worker-1", 500, 0);  // another node: no
@@ -224,7 +233,7 @@ TEST_F(ChaosController, ProgressTriggerFiresAtTheNamedStep) {
 TEST_F(ChaosController, EpochTriggerFromAnyNode) {
   Controller c(plan("chaos:\n  faults:\n    - {name: e, action: slow, target: {role: ps}, when: {epoch: 2}, "
                     "params: {cpu_fraction: 0.5}}\n"),
-               cluster, actuators(), {.clock = &clock});
+               cluster, actuators(), withClock(&clock));
   ASSERT_TRUE(c.start().isOk());
   c.notify("worker-0", 10, 1);
   c.notify("worker-1", 20, 2);
@@ -236,7 +245,7 @@ TEST_F(ChaosController, EpochTriggerFromAnyNode) {
 TEST_F(ChaosController, PreemptEscalatesAfterGraceAndReplaces) {
   Controller c(plan("chaos:\n  time_scale: 60\n  faults:\n    - {name: sp, action: preempt, profile: gcp, "
                     "target: {role: worker, index: 1}, at_s: 5, restart_after: {fixed_s: 120}}\n"),
-               cluster, actuators(), {.clock = &clock});
+               cluster, actuators(), withClock(&clock));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(5);
   ASSERT_TRUE(c.waitProcessed(5, 5s));
@@ -257,7 +266,7 @@ TEST_F(ChaosController, PreemptEscalatesAfterGraceAndReplaces) {
 TEST_F(ChaosController, RefusesToStartWhenAnActuatorIsUnavailable) {
   act.unavailable = true;
   Controller c(plan("chaos:\n  faults:\n    - {name: p, action: pause, target: {role: worker, index: 0}, at_s: 1}\n"), cluster,
-               actuators(), {.clock = &clock});
+               actuators(), withClock(&clock));
   Status s = c.start();
   ASSERT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("refusing to start"), std::string::npos);
@@ -268,7 +277,7 @@ TEST_F(ChaosController, LinkWithoutLinkControlIsRefused) {
   ActuatorSet set(cluster, {});
   Controller c(plan("chaos:\n  faults:\n    - {name: l, action: link, target: {between: [{role: worker}, {role: ps}]}, "
                     "at_s: 1, params: {latency_ms: 5}}\n"),
-               cluster, set.map(), {.clock = &clock});
+               cluster, set.map(), withClock(&clock));
   Status s = c.start();
   ASSERT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("no link control"), std::string::npos) << s.message();
@@ -277,7 +286,7 @@ TEST_F(ChaosController, LinkWithoutLinkControlIsRefused) {
 TEST_F(ChaosController, SlowWithoutCgroupIsRefused) {
   ActuatorSet set(cluster, {});
   Controller c(plan("chaos:\n  faults:\n    - {name: s, action: slow, target: {role: ps}, at_s: 1, params: {cpu_fraction: 0.5}}\n"),
-               cluster, set.map(), {.clock = &clock});
+               cluster, set.map(), withClock(&clock));
   Status s = c.start();
   ASSERT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("slow of ps-0"), std::string::npos) << s.message();
@@ -288,7 +297,7 @@ TEST_F(ChaosController, EventLogHasPlannedAndAppliedLines) {
   Result<std::unique_ptr<EventLog>> log = EventLog::open(dir + "/events.jsonl");
   ASSERT_TRUE(log.isOk());
   Controller c(plan("chaos:\n  faults:\n    - {name: p, action: pause, target: {role: worker, index: 0}, at_s: 1, duration_s: 1}\n"),
-               cluster, actuators(), {.clock = &clock, .events = log->get()});
+               cluster, actuators(), withClock(&clock, {}, log->get()));
   ASSERT_TRUE(c.start().isOk());
   clock.advanceSeconds(1);
   ASSERT_TRUE(c.waitProcessed(1, 5s));

@@ -71,7 +71,9 @@ TEST(ChaosSchedule, ExamplePlanHasExpectedShape) {
     if (f.kind == FaultKind::kPreempt && a.type == ActionType::kApply) ++preempt_applies;
     if (a.type == ActionType::kEscalate) ++escalates;
     if (f.kind == FaultKind::kLink && a.type == ActionType::kApply) ++link_applies;
-    if (f.kind == FaultKind::kPreempt) EXPECT_DOUBLE_EQ(f.params.grace_s, 2.0);  // 120 s / 60
+    if (f.kind == FaultKind::kPreempt) {
+      EXPECT_DOUBLE_EQ(f.params.grace_s, 2.0);  // 120 s / 60
+    }
   }
   EXPECT_EQ(preempt_applies, escalates);
   EXPECT_EQ(link_applies, 5);  // 4 workers towards ps-0, ps-0 towards the 4 workers

@@ -22,7 +22,7 @@ std::vector<std::pair<double, int64_t>> series(double until, Rate rate) {
 TEST(FaultEpisodes, AStallEndsWhenThePaceIsBack) {
   // 100 steps/s, nothing from 10 s to 14 s, then 100 again.
   auto s = series(30, [](double t) { return t >= 10 && t < 14 ? 0.0 : 100.0; });
-  auto e = faultEpisodes({{"pause-1", "pause", "worker-1", 10}}, s);
+  auto e = faultEpisodes({{"pause-1", "pause", "worker-1", 10, std::nullopt}}, s);
   ASSERT_EQ(e.size(), 1u);
   ASSERT_TRUE(e[0].pre_fault_rate);
   EXPECT_NEAR(*e[0].pre_fault_rate, 100, 1);
@@ -33,7 +33,7 @@ TEST(FaultEpisodes, AStallEndsWhenThePaceIsBack) {
 
 TEST(FaultEpisodes, AFaultThatDoesNotSlowTrainingLastsNothing) {
   auto s = series(20, [](double) { return 50.0; });
-  auto e = faultEpisodes({{"kill-ps-replica", "kill", "ps-1", 8}}, s);
+  auto e = faultEpisodes({{"kill-ps-replica", "kill", "ps-1", 8, std::nullopt}}, s);
   ASSERT_TRUE(e[0].seconds());
   EXPECT_NEAR(*e[0].seconds(), 0.0, 1e-9);
 }
@@ -41,7 +41,7 @@ TEST(FaultEpisodes, AFaultThatDoesNotSlowTrainingLastsNothing) {
 TEST(FaultEpisodes, ASlowdownBelowNinetyPercentIsNotARecovery) {
   // Down to 85% for good after 5 s: never back to 90%.
   auto s = series(20, [](double t) { return t >= 5 ? 85.0 : 100.0; });
-  auto e = faultEpisodes({{"slow", "slow", "worker-0", 5}}, s);
+  auto e = faultEpisodes({{"slow", "slow", "worker-0", 5, std::nullopt}}, s);
   ASSERT_TRUE(e[0].pre_fault_rate);
   EXPECT_FALSE(e[0].recovered_at);
   EXPECT_TRUE(e[0].toJson()["seconds"].is_null());
@@ -49,7 +49,7 @@ TEST(FaultEpisodes, ASlowdownBelowNinetyPercentIsNotARecovery) {
 
 TEST(FaultEpisodes, NoBaselineBeforeAnEarlyFault) {
   auto s = series(10, [](double) { return 100.0; });
-  auto e = faultEpisodes({{"early", "pause", "worker-0", 0.3}}, s);
+  auto e = faultEpisodes({{"early", "pause", "worker-0", 0.3, std::nullopt}}, s);
   EXPECT_FALSE(e[0].pre_fault_rate);
   EXPECT_FALSE(e[0].recovered_at);
 }
