@@ -99,8 +99,8 @@ StoreWatchBackoff::Next StoreWatchBackoff::after(const Status& outcome) {
 }
 
 ControlChannel::ControlChannel(Store& store, std::string prefix, std::string node, int incarnation, int world_workers)
-    : store_(store), polls_(store.session()), prefix_(std::move(prefix)), node_(std::move(node)), incarnation_(incarnation),
-      world_workers_(world_workers) {
+    : store_(store), polls_(store.session()), prefix_(std::move(prefix)), node_(std::move(node)),
+      incarnation_(incarnation), world_workers_(world_workers) {
   backoff_wait_ = [this](std::chrono::milliseconds wait) {
     MutexLock lock(mu_);
     cv_.wait_for(lock, wait, [this] { return closing(); });

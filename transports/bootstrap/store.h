@@ -9,9 +9,9 @@
 // InvalidArgument. append() adds one entry to a list (a namespace of its own, apart from the keys) in one
 // request: a writer killed at any instruction leaves the whole entry or nothing, and a list never has holes;
 // readList() returns the entries that exist from an index on and never blocks. interruptGets() ends the gets
-// of one client (a session()) blocked at that moment with Cancelled (long polls that their owner shuts down). All calls are thread-safe and
-// carry deadlines (set/add/contains/append/readList use the client's operation timeout); a lost server
-// connection turns into Unavailable, never a hang.
+// of one client (a session()) blocked at that moment with Cancelled (long polls that their owner shuts
+// down). All calls are thread-safe and carry deadlines (set/add/contains/append/readList use the client's
+// operation timeout); a lost server connection turns into Unavailable, never a hang.
 //
 // Authentication: every connection proves that it holds the run's Secret before its first request. On
 // accept the server sends "CBS1" and a 32-byte nonce Ns; the client answers its nonce Nc and

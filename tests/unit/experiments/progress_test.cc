@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "experiments/run/progress.h"
@@ -31,13 +32,27 @@ TEST(Progress, NoEtaWithoutARisingTrend) {
   EXPECT_FALSE(etaSeconds({{0, 0.7}, {1, 0.6}, {2, 0.5}}, 0.85).has_value());
 }
 
-TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
+// What a printer writes to a pipe (a line at most every 5 s of run time) while `feed` drives it.
+std::string printedToAPipe(const std::function<void(ProgressPrinter&)>& feed) {
   char* text = nullptr;
   size_t size = 0;
   FILE* out = open_memstream(&text, &size);
-  ASSERT_NE(out, nullptr);
+  if (out == nullptr) {
+    ADD_FAILURE() << "open_memstream failed";
+    return {};
+  }
   {
     ProgressPrinter printer(out, /*tty=*/false, 0.85, /*pipe_interval_s=*/5.0);
+    feed(printer);
+  }
+  std::fclose(out);
+  std::string s(text, size);
+  std::free(text);
+  return s;
+}
+
+TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
+  const std::string s = printedToAPipe([](ProgressPrinter& printer) {
     for (int i = 0; i <= 24; ++i) {  // 12 s of progress at 2 Hz
       Progress p;
       p.label = "mirrored";
@@ -48,10 +63,7 @@ TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
       printer.update(p);
     }
     printer.done("mirrored", "target");
-  }
-  std::fclose(out);
-  const std::string s(text, size);
-  std::free(text);
+  });
   int lines = 0;
   for (char c : s) lines += c == '\n';
   EXPECT_EQ(lines, 3 + 1) << "lines at 0, 5 and 10 s, then done:\n" << s;
@@ -62,12 +74,7 @@ TEST(Progress, APipeGetsALineEveryFewSecondsOfTheRun) {
 }
 
 TEST(Progress, StepsPerSecondIsTheRateSinceTheLastLine) {
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&text, &size);
-  ASSERT_NE(out, nullptr);
-  {
-    ProgressPrinter printer(out, /*tty=*/false, 0.85, /*pipe_interval_s=*/5.0);
+  const std::string s = printedToAPipe([](ProgressPrinter& printer) {
     for (int i = 0; i <= 20; ++i) {  // 100 steps/s until 6 s, then none (a long all-reduce)
       Progress p;
       p.label = "mirrored";
@@ -75,10 +82,7 @@ TEST(Progress, StepsPerSecondIsTheRateSinceTheLastLine) {
       p.steps = int64_t(100 * std::min(p.elapsed_s, 6.0));
       printer.update(p);
     }
-  }
-  std::fclose(out);
-  const std::string s(text, size);
-  std::free(text);
+  });
   // Lines at 0, 5 and 10 s: none yet, 500 steps in 5 s, then 100 steps in 5 s (the last 500 ms had none).
   EXPECT_NE(s.find("  0 steps/s"), std::string::npos) << s;
   EXPECT_NE(s.find("  100 steps/s"), std::string::npos) << s;
