@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference for `chaosbed bench train`: the same MLP (784-256-128-10, ReLU, softmax cross-entropy),
+"""PyTorch reference for `chaosbed bench train`: the same model (--model mlp: 784-256-128-10, ReLU; cnn and
+resnet: the nets of core/model/cnn.h built from nn.Conv2d, on 1 x 28 x 28 images), softmax cross-entropy,
 batch 64, SGD with momentum 0.9, on ONE thread, over a pool of 16 pre-generated batches (inputs uniform in
 [0, 1), labels uniform over the classes), so that only forward + backward + update is measured.
 
@@ -15,9 +16,41 @@ import time
 import torch
 
 
+class Residual(torch.nn.Module):
+    """y = ReLU(x + conv3x3(ReLU(conv3x3(x)))), as core/model/cnn.h's residual block."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.b = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.b(torch.relu(self.a(x))))
+
+
+def build(kind: str, layers: str) -> tuple:
+    """The model and its input shape per sample."""
+    nn = torch.nn
+    if kind == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(16 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10)), (1, 28, 28)
+    if kind == "resnet":
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), Residual(16),
+                             nn.MaxPool2d(2), Residual(16), nn.Flatten(), nn.Linear(16 * 7 * 7, 10)), (1, 28, 28)
+    sizes = [int(s) for s in layers.split(",")]
+    modules = []
+    for i in range(len(sizes) - 1):
+        modules.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            modules.append(nn.ReLU())
+    return nn.Sequential(*modules), (sizes[0],)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--layers", default="784,256,128,10")
+    parser.add_argument("--model", choices=["mlp", "cnn", "resnet"], default="mlp")
+    parser.add_argument("--layers", default="784,256,128,10", help="--model mlp only")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=3.0, help="measurement time after the warm-up")
     parser.add_argument("--json", action="store_true")
@@ -25,16 +58,11 @@ def main() -> int:
 
     torch.set_num_threads(1)
     torch.manual_seed(1)
-    sizes = [int(s) for s in args.layers.split(",")]
-    modules = []
-    for i in range(len(sizes) - 1):
-        modules.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes):
-            modules.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*modules)
+    model, shape = build(args.model, args.layers)
+    classes = model[-1].out_features
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    pool = [(torch.rand(args.batch, sizes[0]), torch.randint(0, sizes[-1], (args.batch,))) for _ in range(16)]
+    pool = [(torch.rand(args.batch, *shape), torch.randint(0, classes, (args.batch,))) for _ in range(16)]
 
     def step(i: int) -> None:
         x, y = pool[i % len(pool)]
@@ -59,9 +87,10 @@ def main() -> int:
     samples_per_cpu_s = steps * args.batch / (time.process_time() - cpu_start)
     if args.json:
         print(json.dumps({"samples_per_s": samples_per_s, "samples_per_cpu_s": samples_per_cpu_s, "steps": steps, "batch": args.batch,
-                          "threads": torch.get_num_threads(), "torch": torch.__version__}))
+                          "threads": torch.get_num_threads(), "model": args.model, "torch": torch.__version__}))
     else:
-        print(f"torch train: layers {args.layers}, batch {args.batch}, 1 thread: {steps} steps in "
+        shape_text = f"mlp {args.layers}" if args.model == "mlp" else args.model
+        print(f"torch train: {shape_text}, batch {args.batch}, 1 thread: {steps} steps in "
               f"{now - start:.2f} s, {samples_per_s:.0f} samples/s, {samples_per_cpu_s:.0f} samples per CPU second "
               f"(torch {torch.__version__})")
     return 0

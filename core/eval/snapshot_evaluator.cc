@@ -8,18 +8,19 @@ namespace chaosbed::eval {
 Result<std::unique_ptr<SnapshotEvaluator>> SnapshotEvaluator::create(std::vector<size_t> layers,
                                                                      const data::Dataset& test_set,
                                                                      const EvaluatorOptions& options) {
-  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, model::Mlp::create(std::move(layers), options.eval_batch));
+  CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, model::create(options.kind, layers, options.eval_batch));
   if (test_set.size() == 0) return Status::invalidArgument("snapshot evaluator: empty test set");
-  if (test_set.dims != mlp.inputDims() || static_cast<size_t>(test_set.num_classes) > mlp.numClasses()) {
+  if (test_set.dims != model->inputDims() || static_cast<size_t>(test_set.num_classes) > model->numClasses()) {
     return Status::invalidArgument("snapshot evaluator: test set has " + std::to_string(test_set.dims) + " dims and " +
                                    std::to_string(test_set.num_classes) + " classes; the model takes " +
-                                   std::to_string(mlp.inputDims()) + " and outputs " + std::to_string(mlp.numClasses()));
+                                   std::to_string(model->inputDims()) + " and outputs " + std::to_string(model->numClasses()));
   }
-  return std::unique_ptr<SnapshotEvaluator>(new SnapshotEvaluator(std::move(mlp), test_set, options));
+  return std::unique_ptr<SnapshotEvaluator>(new SnapshotEvaluator(std::move(model), test_set, options));
 }
 
-SnapshotEvaluator::SnapshotEvaluator(model::Mlp mlp, const data::Dataset& test_set, const EvaluatorOptions& options)
-    : mlp_(std::move(mlp)), test_set_(test_set), options_(options), thread_([this] { run(); }) {}
+SnapshotEvaluator::SnapshotEvaluator(std::unique_ptr<model::Model> model, const data::Dataset& test_set, const EvaluatorOptions& options)
+    : model_(std::move(model)), test_set_(test_set), options_(options),
+      num_parameters_(model_->numParameters()), thread_([this] { run(); }) {}
 
 SnapshotEvaluator::~SnapshotEvaluator() {
   {
@@ -31,9 +32,9 @@ SnapshotEvaluator::~SnapshotEvaluator() {
 }
 
 Status SnapshotEvaluator::submit(double time_s, int64_t step, std::vector<float> params) {
-  if (params.size() != mlp_.numParameters()) {
+  if (params.size() != model_->numParameters()) {
     return Status::invalidArgument("snapshot evaluator: snapshot has " + std::to_string(params.size()) +
-                                   " parameters, the model " + std::to_string(mlp_.numParameters()));
+                                   " parameters, the model " + std::to_string(model_->numParameters()));
   }
   {
     std::lock_guard lock(mu_);
@@ -85,8 +86,8 @@ void SnapshotEvaluator::run() {
     busy_ = true;
     lock.unlock();
 
-    std::copy(snapshot.params.begin(), snapshot.params.end(), mlp_.parameters().begin());
-    Result<model::EvalResult> result = mlp_.evaluate(test_set_);
+    std::copy(snapshot.params.begin(), snapshot.params.end(), model_->parameters().begin());
+    Result<model::EvalResult> result = model_->evaluate(test_set_);
 
     lock.lock();
     busy_ = false;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/data/dataset.h"
-#include "core/model/mlp.h"
+#include "core/model/model.h"
 #include "transports/status.h"
 #include "transports/transport.h"
 
@@ -39,12 +39,13 @@ struct SnapshotRecord {
 
 struct EvaluatorOptions {
   double target_accuracy = 0.85;
-  size_t eval_batch = 1000;  // samples per forward pass
+  size_t eval_batch = 1000;  // samples per forward pass (a convolutional model splits it further)
+  model::Kind kind = model::Kind::kMlp;
 };
 
 class SnapshotEvaluator {
  public:
-  // InvalidArgument if the layers or eval_batch are unusable, or the dataset does not fit the model.
+  // A model of options.kind with these layers (see model::create). InvalidArgument if they or eval_batch are unusable, or the dataset does not fit the model.
   static Result<std::unique_ptr<SnapshotEvaluator>> create(std::vector<size_t> layers, const data::Dataset& test_set,
                                                            const EvaluatorOptions& options);
   ~SnapshotEvaluator();
@@ -67,9 +68,10 @@ class SnapshotEvaluator {
   std::vector<SnapshotRecord> records() const;
   std::optional<SnapshotRecord> latest() const;
   double targetAccuracy() const { return options_.target_accuracy; }
+  size_t numParameters() const { return num_parameters_; }
 
  private:
-  SnapshotEvaluator(model::Mlp mlp, const data::Dataset& test_set, const EvaluatorOptions& options);
+  SnapshotEvaluator(std::unique_ptr<model::Model> model, const data::Dataset& test_set, const EvaluatorOptions& options);
   void run();
 
   struct Pending {
@@ -78,9 +80,10 @@ class SnapshotEvaluator {
     std::vector<float> params;
   };
 
-  model::Mlp mlp_;  // used by the evaluation thread only
+  std::unique_ptr<model::Model> model_;  // used by the evaluation thread only
   const data::Dataset& test_set_;
   const EvaluatorOptions options_;
+  const size_t num_parameters_;  // of model_, readable from any thread
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

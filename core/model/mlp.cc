@@ -26,14 +26,6 @@ void biasAdd(float* z, const float* b, size_t n, size_t width) {
   }
 }
 
-// Log of the sum of exp over a row, computed stably (shifted by the row's max).
-float logSumExp(const float* row, size_t width) {
-  const float m = *std::max_element(row, row + width);
-  float sum = 0;
-  for (size_t j = 0; j < width; ++j) sum += std::exp(row[j] - m);
-  return m + std::log(sum);
-}
-
 }  // namespace
 
 std::vector<size_t> defaultLayers() { return {784, 256, 128, 10}; }
@@ -70,10 +62,13 @@ Result<Mlp> Mlp::create(std::vector<size_t> layers, size_t max_batch) {
   if (layers.back() > 256)
     return Status::invalidArgument("Mlp: " + std::to_string(layers.back()) + " classes; labels are bytes, at most 256");
   if (max_batch == 0) return Status::invalidArgument("Mlp: max_batch must be positive");
-  return Mlp(std::move(layers), max_batch);
+  size_t count = 0;
+  for (size_t l = 0; l + 1 < layers.size(); ++l) count += layers[l] * layers[l + 1] + layers[l + 1];
+  return Mlp(std::move(layers), max_batch, count);
 }
 
-Mlp::Mlp(std::vector<size_t> layers, size_t max_batch) : layers_(std::move(layers)), max_batch_(max_batch) {
+Mlp::Mlp(std::vector<size_t> layers, size_t max_batch, size_t num_parameters)
+    : Model(layers.front(), layers.back(), max_batch, num_parameters), layers_(std::move(layers)) {
   size_t offset = 0;
   size_t widest = 0;
   for (size_t l = 0; l + 1 < layers_.size(); ++l) {
@@ -84,13 +79,11 @@ Mlp::Mlp(std::vector<size_t> layers, size_t max_batch) : layers_(std::move(layer
     s.bias_offset = offset + s.in * s.out;
     offset = s.bias_offset + s.out;
     layout_.push_back(s);
-    activations_.emplace_back(max_batch_ * s.out);
+    activations_.emplace_back(max_batch * s.out);
     widest = std::max(widest, s.out);
   }
-  params_.resize(offset);
-  grads_.resize(offset);
-  delta_.resize(max_batch_ * widest);
-  delta_prev_.resize(max_batch_ * widest);
+  delta_.resize(max_batch * widest);
+  delta_prev_.resize(max_batch * widest);
   initialize(0);
 }
 
@@ -104,26 +97,7 @@ void Mlp::initialize(uint64_t seed) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
 }
 
-Status Mlp::checkBatch(std::span<const float> inputs, std::span<const uint8_t> labels) const {
-  const size_t n = labels.size();
-  if (n == 0 || n > max_batch_) {
-    return Status::invalidArgument("Mlp: batch of " + std::to_string(n) + " samples; must be 1.." +
-                                   std::to_string(max_batch_));
-  }
-  if (inputs.size() != n * inputDims()) {
-    return Status::invalidArgument("Mlp: " + std::to_string(inputs.size()) + " input floats for " + std::to_string(n) +
-                                   " samples of " + std::to_string(inputDims()) + " dims");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (labels[i] >= numClasses()) {
-      return Status::invalidArgument("Mlp: label " + std::to_string(labels[i]) + " of sample " + std::to_string(i) +
-                                     " is not below " + std::to_string(numClasses()) + " classes");
-    }
-  }
-  return Status::ok();
-}
-
-const float* Mlp::forward(const float* inputs, size_t n) {
+const float* Mlp::logits(const float* inputs, size_t n) {
   const float* a = inputs;
   for (size_t l = 0; l < layout_.size(); ++l) {
     const LayerSlice& s = layout_[l];
@@ -142,35 +116,20 @@ const float* Mlp::forward(const float* inputs, size_t n) {
   return a;
 }
 
-Result<float> Mlp::computeGradients(std::span<const float> inputs, std::span<const uint8_t> labels) {
-  CHAOSBED_RETURN_IF_ERROR(checkBatch(inputs, labels));
-  const size_t n = labels.size();
-  const size_t classes = numClasses();
-  const float* logits = forward(inputs.data(), n);
-
-  // Softmax cross-entropy: d(mean loss)/d(logits) = (softmax - onehot) / n.
-  const float inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float* row = logits + i * classes;
-    const float lse = logSumExp(row, classes);
-    loss += lse - row[labels[i]];
-    float* d = delta_.data() + i * classes;
-    for (size_t j = 0; j < classes; ++j) d[j] = std::exp(row[j] - lse) * inv_n;
-    d[labels[i]] -= inv_n;
-  }
-
+void Mlp::backward(const float* inputs, const float* d_logits, size_t n, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  std::copy_n(d_logits, n * numClasses(), delta_.data());
   for (size_t l = layout_.size(); l-- > 0;) {
     const LayerSlice& s = layout_[l];
-    const float* a_in = l == 0 ? inputs.data() : activations_[l - 1].data();
+    const float* a_in = l == 0 ? inputs : activations_[l - 1].data();
     // dW (out x in) = delta^T (out x n) * a_in (n x in)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(s.out), static_cast<int>(s.in),
-                static_cast<int>(n), 1.0f, delta_.data(), static_cast<int>(s.out), a_in, static_cast<int>(s.in), 0.0f,
+                static_cast<int>(n), 1.0f, delta_.data(), static_cast<int>(s.out), a_in, static_cast<int>(s.in), beta,
                 grads_.data() + s.weight_offset, static_cast<int>(s.in));
     // db = column sums of delta
     float* db = grads_.data() + s.bias_offset;
-    std::copy_n(delta_.data(), s.out, db);
-    for (size_t i = 1; i < n; ++i) {
+    if (!accumulate) std::fill_n(db, s.out, 0.0f);
+    for (size_t i = 0; i < n; ++i) {
       const float* d = delta_.data() + i * s.out;
       for (size_t j = 0; j < s.out; ++j) db[j] += d[j];
     }
@@ -184,43 +143,9 @@ Result<float> Mlp::computeGradients(std::span<const float> inputs, std::span<con
     for (size_t k = 0; k < n * s.in; ++k) dp[k] = a[k] > 0.0f ? dp[k] : 0.0f;
     delta_.swap(delta_prev_);
   }
-  return static_cast<float>(loss / static_cast<double>(n));
 }
 
-Result<EvalResult> Mlp::evaluate(const data::Dataset& dataset) {
-  if (dataset.dims != inputDims()) {
-    return Status::invalidArgument("evaluate: dataset has " + std::to_string(dataset.dims) + " dims, model expects " +
-                                   std::to_string(inputDims()));
-  }
-  if (static_cast<size_t>(dataset.num_classes) > numClasses()) {
-    return Status::invalidArgument("evaluate: dataset has " + std::to_string(dataset.num_classes) +
-                                   " classes, model outputs " + std::to_string(numClasses()));
-  }
-  if (dataset.size() == 0) return Status::invalidArgument("evaluate: empty dataset");
-  const size_t classes = numClasses();
-  double loss = 0;
-  size_t correct = 0;
-  for (size_t start = 0; start < dataset.size(); start += max_batch_) {
-    const size_t n = std::min(max_batch_, dataset.size() - start);
-    eval_input_.resize(n * dataset.dims);
-    CHAOSBED_RETURN_IF_ERROR(dataset.copySamples(start, n, eval_input_.data()));
-    const float* logits = forward(eval_input_.data(), n);
-    for (size_t i = 0; i < n; ++i) {
-      const float* row = logits + i * classes;
-      const uint8_t y = dataset.labels[start + i];
-      loss += logSumExp(row, classes) - row[y];
-      // Ties go to the lowest index, as with argmax in PyTorch and NumPy.
-      if (static_cast<size_t>(std::max_element(row, row + classes) - row) == y) ++correct;
-    }
-  }
-  EvalResult r;
-  r.samples = dataset.size();
-  r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
-  r.loss = loss / static_cast<double>(r.samples);
-  return r;
-}
-
-double Mlp::gemmFlopsPerStep(size_t batch) const {
+double Mlp::flopsPerStep(size_t batch) const {
   double flops = 0;
   for (size_t l = 0; l < layout_.size(); ++l) {
     const double mnk = 2.0 * static_cast<double>(batch) * static_cast<double>(layout_[l].in) *

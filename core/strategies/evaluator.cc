@@ -15,12 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-size_t parameterCount(const std::vector<int>& layers) {
-  size_t n = 0;
-  for (size_t l = 0; l + 1 < layers.size(); ++l) n += size_t(layers[l]) * size_t(layers[l + 1]) + size_t(layers[l + 1]);
-  return n;
-}
-
 // The shards of one parameter-server tick, as they arrive.
 struct TickAssembly {
   std::vector<float> params;
@@ -141,8 +135,10 @@ Status runEvaluator(NodeContext& ctx) {
   std::vector<size_t> layers(ctx.config.layers.begin(), ctx.config.layers.end());
   eval::EvaluatorOptions options;
   options.target_accuracy = ctx.config.target_accuracy;
+  CHAOSBED_ASSIGN_OR_RETURN(options.kind, model::parseKind(ctx.config.model));
   CHAOSBED_ASSIGN_OR_RETURN(auto evaluator, eval::SnapshotEvaluator::create(layers, ctx.data->test, options));
-  return Evaluator(ctx, std::move(evaluator), parameterCount(ctx.config.layers)).run();
+  const size_t parameters = evaluator->numParameters();
+  return Evaluator(ctx, std::move(evaluator), parameters).run();
 }
 
 }  // namespace chaosbed

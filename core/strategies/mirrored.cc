@@ -21,18 +21,12 @@ Status MirroredWorker::setup() {
     return Status::invalidArgument("mirrored: backup_workers forwards gradients point to point over UCX; it does "
                                    "not combine with cluster.transport: nccl");
   CHAOSBED_ASSIGN_OR_RETURN(reducer_, makeGradientReducer(ctx_));
-  std::vector<size_t> layers;
-  for (int l : cfg_.layers) {
-    if (l <= 0) return Status::invalidArgument("model.layers: sizes must be positive, got " + std::to_string(l));
-    layers.push_back(static_cast<size_t>(l));
-  }
-  auto model = model::Mlp::create(layers, bpw_);
+  auto model = makeModel(cfg_, bpw_);
   if (!model.isOk()) return model.status().withContext("mirrored: model");
-  model_.emplace(std::move(model).value());
+  model_ = std::move(model).value();
   if (train_.dims != model_->inputDims())
     return Status::invalidArgument("mirrored: training set has " + std::to_string(train_.dims) +
-                                   " dims per sample but model.layers starts with " +
-                                   std::to_string(model_->inputDims()));
+                                   " dims per sample but the model takes " + std::to_string(model_->inputDims()));
   optim::SgdOptions o{static_cast<float>(cfg_.learning_rate), static_cast<float>(cfg_.momentum),
                       static_cast<float>(cfg_.weight_decay)};
   auto sgd = optim::Sgd::create(o, model_->numParameters());

@@ -17,7 +17,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/batches.h"
-#include "core/model/mlp.h"
+#include "core/model/model.h"
 #include "core/optim/sgd.h"
 #include "core/strategies/gradient_reducer.h"
 #include "core/strategies/tags.h"
@@ -162,7 +162,7 @@ class MirroredWorker {
   size_t bpw_ = 0;
   int64_t start_ns_ = 0;
 
-  std::optional<model::Mlp> model_;
+  std::unique_ptr<model::Model> model_;
   std::optional<optim::Sgd> sgd_;
   Progress progress_;
   bool has_state_ = false;

@@ -41,7 +41,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/config/json_fields.h"
 #include "core/data/batches.h"
-#include "core/model/mlp.h"
+#include "core/model/model.h"
 #include "core/optim/sgd.h"
 #include "core/strategies/tags.h"
 
@@ -111,13 +111,6 @@ Deadline collectiveDeadline(const NodeContext& ctx) {
 
 bool timeUp(const NodeContext& ctx) {
   return ctx.control.stopRequested() || ctx.control.elapsed() >= ctx.config.time_limit_s;
-}
-
-Result<model::Mlp> makeModel(const NodeContext& ctx, size_t max_batch) {
-  std::vector<size_t> layers(ctx.config.layers.begin(), ctx.config.layers.end());
-  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, model::Mlp::create(layers, max_batch));
-  mlp.initialize(ctx.config.seed);
-  return mlp;
 }
 
 // ---------------------------------------------------------------------------------------------- server
@@ -523,8 +516,8 @@ Status PsServer::run() {
 
 class PsWorker {
  public:
-  PsWorker(NodeContext& ctx, model::Mlp mlp, std::vector<ShardRange> ranges, data::BatchIterator batches)
-      : ctx_(ctx), mlp_(std::move(mlp)), ranges_(std::move(ranges)), batches_(std::move(batches)),
+  PsWorker(NodeContext& ctx, std::unique_ptr<model::Model> model, std::vector<ShardRange> ranges, data::BatchIterator batches)
+      : ctx_(ctx), model_(std::move(model)), ranges_(std::move(ranges)), batches_(std::move(batches)),
         pulled_(ranges_.size(), 0) {
     for (const auto& r : ranges_) {
       requests_.emplace_back(sizeof(PsRequestHeader) + r.count * sizeof(float));
@@ -544,7 +537,7 @@ class PsWorker {
   }
 
   NodeContext& ctx_;
-  model::Mlp mlp_;
+  std::unique_ptr<model::Model> model_;
   std::vector<ShardRange> ranges_;
   data::BatchIterator batches_;
   std::vector<int64_t> pulled_;
@@ -571,7 +564,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
     std::memcpy(buf.data(), &h, sizeof h);
     size_t bytes = sizeof h;
     if (push) {
-      std::memcpy(buf.data() + sizeof h, mlp_.gradients().data() + ranges_[size_t(s)].offset,
+      std::memcpy(buf.data() + sizeof h, model_->gradients().data() + ranges_[size_t(s)].offset,
                   ranges_[size_t(s)].count * sizeof(float));
       bytes += ranges_[size_t(s)].count * sizeof(float);
     }
@@ -590,7 +583,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
     std::memcpy(&h, replies_[size_t(s)].data(), sizeof h);
     if (size_t(h.count) != ranges_[size_t(s)].count)
       return Status::internal("ps-" + std::to_string(s) + " replied with " + std::to_string(h.count) + " parameters");
-    std::memcpy(mlp_.parameters().data() + ranges_[size_t(s)].offset, replies_[size_t(s)].data() + sizeof h,
+    std::memcpy(model_->parameters().data() + ranges_[size_t(s)].offset, replies_[size_t(s)].data() + sizeof h,
                 ranges_[size_t(s)].count * sizeof(float));
     pulled_[size_t(s)] = h.version;
     bound_ns = std::max(bound_ns, h.bound_wait_ns);
@@ -655,7 +648,7 @@ Status PsWorker::run() {
     {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
       CHAOSBED_RETURN_IF_ERROR(batches_.next(batch));
-      auto loss = mlp_.computeGradients(batch.images, batch.labels);
+      auto loss = model_->computeGradients(batch.images, batch.labels);
       if (!loss.isOk()) return loss.status();
     }
     Status s = exchange(true, int64_t(batch.size));
@@ -683,30 +676,31 @@ Status PsWorker::run() {
 Status runPsServer(NodeContext& ctx) {
   const int shard = ctx.rank - ctx.workers;
   if (shard < 0 || shard >= ctx.servers) return Status::invalidArgument("rank " + std::to_string(ctx.rank) + " is not a server");
-  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, makeModel(ctx, 1));
-  const ShardRange range = shardRanges(mlp.numParameters(), ctx.servers)[size_t(shard)];
+  CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, makeModel(ctx.config, 1));
+  const ShardRange range = shardRanges(model->numParameters(), ctx.servers)[size_t(shard)];
   SgdOptions o;
   o.lr = float(ctx.config.learning_rate);
   o.momentum = float(ctx.config.momentum);
   o.weight_decay = float(ctx.config.weight_decay);
   CHAOSBED_ASSIGN_OR_RETURN(Sgd sgd, Sgd::create(o, range.count));
-  std::vector<float> params(mlp.parameters().begin() + long(range.offset),
-                            mlp.parameters().begin() + long(range.offset + range.count));
+  std::vector<float> params(model->parameters().begin() + long(range.offset),
+                            model->parameters().begin() + long(range.offset + range.count));
   return PsServer(ctx, shard, range, std::move(sgd), std::move(params)).run();
 }
 
 Status runPsWorker(NodeContext& ctx) {
   if (!ctx.data) return Status::invalidArgument("ps worker: no training set loaded");
   if (ctx.servers < 1) return Status::invalidArgument("parameter_server needs at least one server");
-  CHAOSBED_ASSIGN_OR_RETURN(model::Mlp mlp, makeModel(ctx, size_t(ctx.config.batch_per_worker)));
-  auto ranges = shardRanges(mlp.numParameters(), ctx.servers);
+  CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
+                            makeModel(ctx.config, size_t(ctx.config.batch_per_worker)));
+  auto ranges = shardRanges(model->numParameters(), ctx.servers);
   // Each worker walks its own disjoint shard of the data; a replacement starts a fresh pass over it.
   CHAOSBED_ASSIGN_OR_RETURN(
       data::BatchIterator batches,
       data::BatchIterator::create(ctx.data->train, {ctx.rank, ctx.workers},
                                   ctx.config.seed + uint64_t(ctx.control.incarnation()) * 7919,
                                   size_t(ctx.config.batch_per_worker)));
-  return PsWorker(ctx, std::move(mlp), std::move(ranges), std::move(batches)).run();
+  return PsWorker(ctx, std::move(model), std::move(ranges), std::move(batches)).run();
 }
 
 }  // namespace chaosbed

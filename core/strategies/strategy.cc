@@ -36,7 +36,8 @@ StrategyOptions StrategyOptions::fromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json TrainingConfig::toJson() const {
-  return {{"layers", layers},
+  return {{"model", model},
+          {"layers", layers},
           {"dataset", dataset},
           {"data_path", data_path},
           {"synthetic_samples", synthetic_samples},
@@ -56,6 +57,7 @@ nlohmann::json TrainingConfig::toJson() const {
 
 TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
   TrainingConfig c;
+  c.model = j.value("model", c.model);
   c.layers = j.value("layers", c.layers);
   c.dataset = j.value("dataset", c.dataset);
   c.data_path = j.value("data_path", c.data_path);
@@ -85,6 +87,18 @@ Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Split
                                    " classes, but the layers start with " + std::to_string(config.layers.front()) +
                                    " and end with " + std::to_string(config.layers.back()));
   return splits;
+}
+
+Result<std::unique_ptr<model::Model>> makeModel(const TrainingConfig& config, size_t max_batch) {
+  CHAOSBED_ASSIGN_OR_RETURN(model::Kind kind, model::parseKind(config.model));
+  std::vector<size_t> layers;
+  for (int l : config.layers) {
+    if (l <= 0) return Status::invalidArgument("model.layers: sizes must be positive, got " + std::to_string(l));
+    layers.push_back(static_cast<size_t>(l));
+  }
+  CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::create(kind, layers, max_batch));
+  m->initialize(config.seed);
+  return m;
 }
 
 namespace {

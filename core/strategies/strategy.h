@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 
 #include "core/data/dataset.h"
 #include "core/metrics/accounting.h"
+#include "core/model/model.h"
 #include "core/runtime/control.h"
 #include "transports/transport.h"
 
@@ -53,7 +55,8 @@ struct StrategyOptions {
 
 // The training recipe shared by every node of a strategy run.
 struct TrainingConfig {
-  std::vector<int> layers{784, 256, 128, 10};
+  std::string model = "mlp";               // mlp | cnn | resnet (core/model/model.h)
+  std::vector<int> layers{784, 256, 128, 10};  // mlp: every layer size; cnn, resnet: {input dims, classes}
   std::string dataset = "fashion-mnist";   // fashion-mnist | mnist | synthetic
   std::string data_path = "/usr/share/datasets/fashion-mnist";
   int64_t synthetic_samples = 8192;        // synthetic: training samples (the test set is a quarter of it)
@@ -79,6 +82,8 @@ enum class Splits { kTrain, kTest, kBoth };
 // Loads the splits of the dataset the config names (synthetic: dims and classes from the first and last
 // layer); a split not asked for is left empty.
 Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Splits which = Splits::kBoth);
+// The model the config describes, for batches of up to max_batch samples, initialised from config.seed.
+Result<std::unique_ptr<model::Model>> makeModel(const TrainingConfig& config, size_t max_batch);
 
 // Everything a role function needs. Owned by the node runtime; outlives the role call.
 struct NodeContext {

@@ -1,8 +1,10 @@
-// `chaosbed bench train [--json] [--bench_train_s S] [--layers ...] [--batch N]`: training-step throughput of
-// the MLP on ONE BLAS thread: forward + backward + SGD update per step, on a pool of pre-generated batches
-// (so data loading is not measured, as in bench/torch_train.py). Reports samples/s and the GFLOP/s of the
-// GEMMs executed (Mlp::gemmFlopsPerStep), over wall time, and samples per CPU second of this process
-// (samples_per_cpu_s), which stays meaningful on a machine shared with other busy processes.
+// `chaosbed bench train [--json] [--bench_train_s S] [--model mlp|cnn|resnet] [--layers ...] [--batch N]`:
+// training-step throughput of a model on ONE BLAS thread: forward + backward + SGD update per step, on a pool
+// of pre-generated batches (so data loading is not measured, as in bench/torch_train.py). Reports samples/s
+// and the GFLOP/s of the GEMMs executed (Model::flopsPerStep; for a convolutional net its convolutions as
+// GEMMs), over wall time, and samples per CPU second of this process (samples_per_cpu_s), which stays
+// meaningful on a machine shared with other busy processes. A convolutional net takes 28 x 28 images in 10
+// classes (Fashion-MNIST's shape).
 
 #include <cblas.h>
 #include <gflags/gflags.h>
@@ -11,14 +13,17 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "core/data/random.h"
 #include "core/model/mlp.h"
+#include "core/model/model.h"
 #include "core/optim/sgd.h"
 #include "experiments/cli/cli.h"
 
 DEFINE_double(bench_train_s, 3.0, "seconds to measure (after a warm-up)");
+DECLARE_string(model);
 DECLARE_string(layers);
 DECLARE_int32(batch);
 DECLARE_bool(json);
@@ -42,7 +47,16 @@ int runBenchTrain(int argc, char** argv) {
     std::fprintf(stderr, "chaosbed bench train: unexpected argument '%s'\n", argv[1]);
     return kExitUsage;
   }
-  auto layers = model::parseLayers(FLAGS_layers);
+  auto kind = model::parseKind(FLAGS_model);
+  if (!kind.isOk()) {
+    std::fprintf(stderr, "chaosbed bench train: --model: %s\n", kind.status().message().c_str());
+    return kExitUsage;
+  }
+  if (*kind != model::Kind::kMlp && !gflags::GetCommandLineFlagInfoOrDie("layers").is_default) {
+    std::fprintf(stderr, "chaosbed bench train: --layers applies only to --model mlp\n");
+    return kExitUsage;
+  }
+  auto layers = model::parseLayers(*kind == model::Kind::kMlp ? FLAGS_layers : "784,10");
   if (!layers.isOk()) {
     std::fprintf(stderr, "chaosbed bench train: --layers: %s\n", layers.status().message().c_str());
     return kExitUsage;
@@ -53,29 +67,33 @@ int runBenchTrain(int argc, char** argv) {
   }
   const size_t batch = static_cast<size_t>(FLAGS_batch);
   openblas_set_num_threads(1);
-  auto mlp = model::Mlp::create(*layers, batch);
-  auto sgd = optim::Sgd::create({.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f}, mlp->numParameters());
-  if (!mlp.isOk() || !sgd.isOk()) {
-    std::fprintf(stderr, "chaosbed bench train: %s\n",
-                 (mlp.isOk() ? sgd.status() : mlp.status()).toString().c_str());
+  auto created = model::create(*kind, *layers, batch);
+  if (!created.isOk()) {
+    std::fprintf(stderr, "chaosbed bench train: %s\n", created.status().toString().c_str());
     return kExitUsage;
   }
-  mlp->initialize(1);
+  model::Model& net = **created;
+  auto sgd = optim::Sgd::create({.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f}, net.numParameters());
+  if (!sgd.isOk()) {
+    std::fprintf(stderr, "chaosbed bench train: %s\n", sgd.status().toString().c_str());
+    return kExitUsage;
+  }
+  net.initialize(1);
 
   // Inputs uniform in [0, 1) like scaled pixels; labels uniform over the classes.
   data::Rng rng(7);
-  std::vector<std::vector<float>> inputs(kPoolBatches, std::vector<float>(batch * mlp->inputDims()));
+  std::vector<std::vector<float>> inputs(kPoolBatches, std::vector<float>(batch * net.inputDims()));
   std::vector<std::vector<uint8_t>> labels(kPoolBatches, std::vector<uint8_t>(batch));
   for (int b = 0; b < kPoolBatches; ++b) {
     for (float& x : inputs[b]) x = data::uniformFloat(rng);
-    for (uint8_t& y : labels[b]) y = static_cast<uint8_t>(data::uniformBelow(rng, mlp->numClasses()));
+    for (uint8_t& y : labels[b]) y = static_cast<uint8_t>(data::uniformBelow(rng, net.numClasses()));
   }
 
   auto step = [&](int64_t i) {
     const int b = static_cast<int>(i % kPoolBatches);
-    // Inputs and labels were validated when generated; a failure here would be a bug in Mlp or Sgd.
-    const bool ok = mlp->computeGradients(inputs[b], labels[b]).isOk() &&
-                    sgd->apply(mlp->parameters(), mlp->gradients()).isOk();
+    // Inputs and labels were validated when generated; a failure here would be a bug in the model or Sgd.
+    const bool ok = net.computeGradients(inputs[b], labels[b]).isOk() &&
+                    sgd->apply(net.parameters(), net.gradients()).isOk();
     return ok;
   };
   for (int i = 0; i < kWarmupSteps; ++i)
@@ -95,12 +113,13 @@ int runBenchTrain(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(now - start).count();
   const double cpu_seconds = processCpuSeconds() - cpu_start;
   const double samples_per_s = static_cast<double>(steps) * static_cast<double>(batch) / seconds;
-  const double gflops = mlp->gemmFlopsPerStep(batch) * static_cast<double>(steps) / seconds / 1e9;
+  const double gflops = net.flopsPerStep(batch) * static_cast<double>(steps) / seconds / 1e9;
   const double samples_per_cpu_s = static_cast<double>(steps) * static_cast<double>(batch) / cpu_seconds;
 
-  std::printf("bench train: layers %s, batch %zu, 1 thread: %lld steps in %.2f s, %.0f samples/s, %.1f GFLOP/s "
+  const std::string shape = *kind == model::Kind::kMlp ? "mlp " + FLAGS_layers : FLAGS_model;
+  std::printf("bench train: %s, batch %zu, 1 thread: %lld steps in %.2f s, %.0f samples/s, %.1f GFLOP/s "
               "(GEMMs); %.0f samples per CPU second\n",
-              FLAGS_layers.c_str(), batch, static_cast<long long>(steps), seconds, samples_per_s, gflops,
+              shape.c_str(), batch, static_cast<long long>(steps), seconds, samples_per_s, gflops,
               samples_per_cpu_s);
   if (FLAGS_json) {
     nlohmann::json j;
@@ -110,6 +129,8 @@ int runBenchTrain(int argc, char** argv) {
     j["steps"] = steps;
     j["batch"] = batch;
     j["threads"] = 1;
+    j["model"] = FLAGS_model;
+    j["parameters"] = net.numParameters();
     std::printf("%s\n", j.dump().c_str());
   }
   return kExitPass;

@@ -1,7 +1,8 @@
 // `chaosbed train`: single-node training to a target test accuracy, with time-to-accuracy measured as
 // DESIGN.md defines it (parameter snapshots at fixed wall intervals, evaluated off the critical path by
 // core/eval's SnapshotEvaluator).
-//   chaosbed train [--dataset fashion-mnist|mnist|synthetic] [--data_dir DIR] [--layers 784,256,128,10]
+//   chaosbed train [--model mlp|cnn|resnet] [--dataset fashion-mnist|mnist|synthetic] [--data_dir DIR]
+//                  [--layers 784,256,128,10 (mlp)]
 //                  [--batch 64] [--lr L] [--momentum M] [--weight_decay W] [--seed S] [--target 0.85]
 //                  [--time_limit_s T] [--eval_interval_s I] [--max_steps N] [--json]
 // Exit: 0 target reached, 1 not reached (time limit, step limit or divergence), 2 usage, 4 infrastructure
@@ -21,13 +22,15 @@
 #include "core/data/dataset.h"
 #include "core/eval/snapshot_evaluator.h"
 #include "core/model/mlp.h"
+#include "core/model/model.h"
 #include "core/optim/sgd.h"
 #include "experiments/cli/cli.h"
 
 DEFINE_string(dataset, "fashion-mnist", "fashion-mnist, mnist (IDX files in --data_dir) or synthetic");
 DEFINE_string(data_dir, chaosbed::data::kFashionMnistDir,
               "directory of the IDX files (train-images-idx3-ubyte.gz, ...)");
-DEFINE_string(layers, "784,256,128,10", "MLP layer sizes, input first, classes last");
+DEFINE_string(model, "mlp", "mlp, cnn (LeNet-5-class) or resnet (a small residual net); see core/model/cnn.h");
+DEFINE_string(layers, "784,256,128,10", "MLP layer sizes, input first, classes last (--model mlp only)");
 DEFINE_int32(batch, 64, "samples per step");
 DEFINE_double(lr, 0.03, "SGD learning rate (with the default momentum 0.9: 0.85 test accuracy on Fashion-MNIST in about 1600 steps)");
 DEFINE_double(momentum, 0.9, "SGD momentum");
@@ -87,6 +90,10 @@ int runTrain(int argc, char** argv) {
                                       .momentum = static_cast<float>(FLAGS_momentum),
                                       .weight_decay = static_cast<float>(FLAGS_weight_decay)};
   if (Status s = optim::validate(sgd_options); !s.isOk()) return usageError(s.message());
+  auto kind = model::parseKind(FLAGS_model);
+  if (!kind.isOk()) return usageError("--model: " + kind.status().message());
+  if (*kind != model::Kind::kMlp && !gflags::GetCommandLineFlagInfoOrDie("layers").is_default)
+    return usageError("--layers: applies only to --model mlp (a " + FLAGS_model + " has a fixed shape)");
   auto layers = model::parseLayers(FLAGS_layers);
   if (!layers.isOk()) return usageError("--layers: " + layers.status().message());
   const uint64_t seed = FLAGS_seed < 0 ? kDefaultSeed : static_cast<uint64_t>(FLAGS_seed);
@@ -101,6 +108,8 @@ int runTrain(int argc, char** argv) {
     return kExitInfrastructure;
   }
   const data::Dataset& train_set = data->train;
+  // A convolutional net takes the images as they are: its input and output sizes come from the data.
+  if (*kind != model::Kind::kMlp) *layers = {train_set.dims, static_cast<size_t>(train_set.num_classes)};
   if (layers->front() != train_set.dims || layers->back() < static_cast<size_t>(train_set.num_classes)) {
     return usageError("--layers: the model takes " + std::to_string(layers->front()) + " inputs and has " +
                       std::to_string(layers->back()) + " outputs; the dataset has " + std::to_string(train_set.dims) +
@@ -109,19 +118,23 @@ int runTrain(int argc, char** argv) {
 
   // One BLAS thread: the training loop owns one core, the snapshot evaluator the other.
   openblas_set_num_threads(1);
-  auto mlp = model::Mlp::create(*layers, static_cast<size_t>(FLAGS_batch));
-  auto sgd = optim::Sgd::create(sgd_options, mlp->numParameters());
+  auto created = model::create(*kind, *layers, static_cast<size_t>(FLAGS_batch));
+  if (!created.isOk()) return usageError("--model " + FLAGS_model + ": " + created.status().message());
+  model::Model& net = **created;
+  auto sgd = optim::Sgd::create(sgd_options, net.numParameters());
   auto batches = data::BatchIterator::create(train_set, {0, 1}, seed, static_cast<size_t>(FLAGS_batch));
-  auto evaluator = eval::SnapshotEvaluator::create(*layers, data->test, {.target_accuracy = FLAGS_target});
-  for (const Status& s : {mlp.status(), sgd.status(), batches.status(), evaluator.status()}) {
+  auto evaluator =
+      eval::SnapshotEvaluator::create(*layers, data->test, {.target_accuracy = FLAGS_target, .kind = *kind});
+  for (const Status& s : {sgd.status(), batches.status(), evaluator.status()}) {
     if (!s.isOk()) return internalError(s);
   }
-  mlp->initialize(seed);
+  net.initialize(seed);
   eval::SnapshotEvaluator& ev = **evaluator;
 
-  std::printf("train: %s, %zu train / %zu test samples, layers %s, batch %d, lr %g, momentum %g, weight decay %g, "
+  const std::string shape = *kind == model::Kind::kMlp ? "mlp " + FLAGS_layers : FLAGS_model;
+  std::printf("train: %s, %zu train / %zu test samples, model %s (%zu parameters), batch %d, lr %g, momentum %g, weight decay %g, "
               "seed %llu, target %.4f\n",
-              FLAGS_dataset.c_str(), train_set.size(), data->test.size(), FLAGS_layers.c_str(), FLAGS_batch,
+              FLAGS_dataset.c_str(), train_set.size(), data->test.size(), shape.c_str(), net.numParameters(), FLAGS_batch,
               FLAGS_lr, FLAGS_momentum, FLAGS_weight_decay, static_cast<unsigned long long>(seed), FLAGS_target);
   std::fflush(stdout);
 
@@ -135,19 +148,19 @@ int runTrain(int argc, char** argv) {
   double elapsed = 0;
   while (true) {
     if (Status s = batches->next(batch); !s.isOk()) return internalError(s);
-    auto step_loss = mlp->computeGradients(batch.images, batch.labels);
+    auto step_loss = net.computeGradients(batch.images, batch.labels);
     if (!step_loss.isOk()) return internalError(step_loss.status());
     loss = *step_loss;
     if (!std::isfinite(loss)) {
       diverged = true;
       break;
     }
-    if (Status s = sgd->apply(mlp->parameters(), mlp->gradients()); !s.isOk()) return internalError(s);
+    if (Status s = sgd->apply(net.parameters(), net.gradients()); !s.isOk()) return internalError(s);
     ++steps;
     samples += batch.size;
     elapsed = secondsSince(start);
     if (elapsed >= next_snapshot) {
-      if (Status s = ev.submit(elapsed, steps, {mlp->parameters().begin(), mlp->parameters().end()}); !s.isOk())
+      if (Status s = ev.submit(elapsed, steps, {net.parameters().begin(), net.parameters().end()}); !s.isOk())
         return internalError(s);
       while (next_snapshot <= elapsed) next_snapshot += FLAGS_eval_interval_s;
       char last_text[64] = "not evaluated yet";
@@ -164,7 +177,7 @@ int runTrain(int argc, char** argv) {
 
   // The final parameters are one more snapshot: the final accuracy, and possibly the TTA at the limit.
   if (!diverged) {
-    if (Status s = ev.submit(train_seconds, steps, {mlp->parameters().begin(), mlp->parameters().end()}); !s.isOk())
+    if (Status s = ev.submit(train_seconds, steps, {net.parameters().begin(), net.parameters().end()}); !s.isOk())
       return internalError(s);
   }
   if (Status s = ev.drain(deadlineIn(kDrainTimeout)); !s.isOk()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -138,8 +139,18 @@ void parseData(const ConfigNode& root, const std::string& file, DataSpec* d) {
 void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
   ConfigNode n = root.child("model");
   n.checkKeys({"kind", "layers"});
-  m->kind = n.oneOf("kind", {"mlp"}, "mlp");
+  m->kind = n.oneOf("kind", {"mlp", "cnn", "resnet"}, "mlp");
   ConfigNode layers = n.child("layers");
+  if (m->kind != "mlp") {
+    // A convolutional net's shape is fixed (core/model/cnn.h); it takes the data's images as they are.
+    if (!layers.isNull()) n.rejectKey("layers", "applies only to kind mlp (a " + m->kind + " has a fixed shape)");
+    const int side = int(std::lround(std::sqrt(double(data.dims))));
+    if (side * side != data.dims || side % 4 != 0 || side < 8)
+      n.errorAt("kind", m->kind + " takes square one-channel images with a side that is a multiple of 4 and at "
+                                 "least 8; data.dims " + std::to_string(data.dims) + " is not (784 = 28 x 28 is)");
+    m->layers = {data.dims, data.classes};
+    return;
+  }
   if (layers.isNull()) {
     m->layers = data.dataset == Dataset::kSynthetic ? std::vector<int>{data.dims, 64, data.classes}
                                                     : std::vector<int>{data.dims, 256, 128, data.classes};
@@ -569,9 +580,12 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
 
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   emitPlain(e, "kind", spec.model.kind);
-  e << YAML::Key << "layers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (int l : spec.model.layers) e << l;
-  e << YAML::EndSeq << YAML::EndMap;
+  if (spec.model.kind == "mlp") {  // a convolutional net's shape is fixed and follows the data
+    e << YAML::Key << "layers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int l : spec.model.layers) e << l;
+    e << YAML::EndSeq;
+  }
+  e << YAML::EndMap;
 
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   emitPlain(e, "dataset", name(spec.data.dataset));

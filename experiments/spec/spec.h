@@ -7,7 +7,7 @@
 //   seed: 42                               # default 1; training.seed defaults to it
 //   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx, hosts: local,
 //             failure_detection: {heartbeat_s: 5, timeout_s: 30}}
-//   model: {kind: mlp, layers: [784, 256, 128, 10]}    # layers: data dims first, classes last
+//   model: {kind: mlp, layers: [784, 256, 128, 10]}    # layers: data dims first, classes last; kind: mlp | cnn | resnet (no layers)
 //   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
 //         # synthetic: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
 //   training: {batch_per_worker, learning_rate, momentum, weight_decay, seed, target_accuracy, time_limit_s,
@@ -94,8 +94,8 @@ struct ClusterSpec {
 };
 
 struct ModelSpec {
-  std::string kind = "mlp";  // the only kind so far
-  std::vector<int> layers;   // default {dims, 256, 128, classes}
+  std::string kind = "mlp";  // mlp | cnn | resnet (core/model/model.h)
+  std::vector<int> layers;   // mlp default {dims, 256, 128, classes}; cnn, resnet: {dims, classes}
   bool operator==(const ModelSpec&) const = default;
 };
 

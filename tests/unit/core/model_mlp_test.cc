@@ -178,7 +178,7 @@ TEST(ParseLayers, AcceptsListsAndNamesTheBadEntry) {
 TEST(Mlp, GemmFlopsSkipTheFirstLayersInputGradient) {
   auto mlp = Mlp::create({4, 3, 2}, 1);
   ASSERT_TRUE(mlp.isOk());
-  EXPECT_DOUBLE_EQ(mlp->gemmFlopsPerStep(5), 2.0 * 2 * 5 * 4 * 3 + 3.0 * 2 * 5 * 3 * 2);
+  EXPECT_DOUBLE_EQ(mlp->flopsPerStep(5), 2.0 * 2 * 5 * 4 * 3 + 3.0 * 2 * 5 * 3 * 2);
 }
 
 }  // namespace

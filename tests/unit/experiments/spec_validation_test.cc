@@ -138,6 +138,17 @@ const BadSpec kBadSpecs[] = {
      spec(kCluster, kData, kStrategies, "model: {layers: [784, 64, 10]}\n"),
      {"t.yaml:9:18: model.layers[0]: the first layer must be the data's input dims (8 for synthetic), got 784",
       "t.yaml:9:27: model.layers[2]: the last layer must be the number of classes (3 for synthetic), got 10"}},
+    {"a convolutional net takes no layers",
+     spec(kCluster, "data: {dataset: synthetic, dims: 64, classes: 3}\n", kStrategies,
+          "model: {kind: cnn, layers: [64, 3]}\n"),
+     {"t.yaml:9:20: model.layers: applies only to kind mlp (a cnn has a fixed shape)"}},
+    {"a convolutional net needs square images",
+     spec(kCluster, kData, kStrategies, "model: {kind: resnet}\n"),
+     {"t.yaml:9:9: model.kind: resnet takes square one-channel images with a side that is a multiple of 4 and "
+      "at least 8; data.dims 8 is not (784 = 28 x 28 is)"}},
+    {"an unknown model kind",
+     spec(kCluster, kData, kStrategies, "model: {kind: vgg16}\n"),
+     {"t.yaml:9:15: model.kind: 'vgg16' is not one of: mlp, cnn, resnet"}},
     {"max_staleness must be null or >= 0",
      spec(kCluster, kData, "strategies:\n  - {name: parameter_server, max_staleness: -1}\n"),
      {"t.yaml:7:45: strategies[0].max_staleness: must be >= 0, got -1"}},
@@ -307,6 +318,21 @@ TEST(SpecValidation, RelativeDataPathIsAnchoredAtTheSpec) {
   ASSERT_TRUE(s.has_value()) << d.toString();
   EXPECT_EQ(s->data.path, "/srv/data/mnist");
   EXPECT_EQ(s->model.layers, (std::vector<int>{784, 256, 128, 10}));
+}
+
+TEST(SpecValidation, AConvolutionalNetTakesTheImagesAsTheyAre) {
+  config::Diagnostics d;
+  std::optional<ExperimentSpec> s = parseExperimentSpec(
+      YAML::Load(spec(kCluster, "data: {dataset: fashion-mnist}\n", kStrategies, "model: {kind: cnn}\n")), "t.yaml",
+      &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_EQ(s->model.kind, "cnn");
+  EXPECT_EQ(s->model.layers, (std::vector<int>{784, 10}));
+  // The emitted spec (results' spec.yaml) parses back to the same model.
+  config::Diagnostics d2;
+  auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
+  ASSERT_TRUE(again.has_value()) << d2.toString();
+  EXPECT_EQ(again->model, s->model);
 }
 
 }  // namespace

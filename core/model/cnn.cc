@@ -1,0 +1,431 @@
+#include "core/model/cnn.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/data/random.h"
+
+namespace chaosbed::model {
+
+namespace {
+
+constexpr size_t kChunk = 64;  // samples per forward/backward pass (see cnn.h)
+
+struct Shape {
+  size_t c = 0, h = 0, w = 0;
+  size_t size() const { return c * h * w; }
+};
+
+int i(size_t v) { return static_cast<int>(v); }
+
+void drawUniform(float* p, size_t count, float bound, data::Rng& rng) {
+  for (size_t k = 0; k < count; ++k) p[k] = (2.0f * data::uniformFloat(rng) - 1.0f) * bound;
+}
+
+// col[(ci*k + ki)*k + kj][(img*h + oh)*w + ow] = x[ci][img][oh + ki - k/2][ow + kj - k/2], zero outside the image.
+void im2col(const float* x, Shape s, size_t n, size_t k, float* col) {
+  const size_t plane = n * s.h * s.w;
+  const ptrdiff_t pad = ptrdiff_t(k / 2);
+  for (size_t ci = 0; ci < s.c; ++ci) {
+    const float* src_c = x + ci * plane;
+    for (size_t ki = 0; ki < k; ++ki) {
+      for (size_t kj = 0; kj < k; ++kj) {
+        float* row = col + ((ci * k + ki) * k + kj) * plane;
+        const ptrdiff_t dj = ptrdiff_t(kj) - pad;
+        const size_t lo = size_t(std::max<ptrdiff_t>(0, -dj));
+        const size_t hi = size_t(std::min<ptrdiff_t>(ptrdiff_t(s.w), ptrdiff_t(s.w) - dj));
+        for (size_t img = 0; img < n; ++img) {
+          for (size_t oh = 0; oh < s.h; ++oh) {
+            float* dst = row + (img * s.h + oh) * s.w;
+            const ptrdiff_t ih = ptrdiff_t(oh + ki) - pad;
+            if (ih < 0 || ih >= ptrdiff_t(s.h)) {
+              std::fill_n(dst, s.w, 0.0f);
+              continue;
+            }
+            const float* src = src_c + (img * s.h + size_t(ih)) * s.w;
+            std::fill_n(dst, lo, 0.0f);
+            std::memcpy(dst + lo, src + ptrdiff_t(lo) + dj, (hi - lo) * sizeof(float));
+            std::fill(dst + hi, dst + s.w, 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: x[...] = the sum of every column entry that im2col copied from it.
+void col2im(const float* col, Shape s, size_t n, size_t k, float* x) {
+  const size_t plane = n * s.h * s.w;
+  const ptrdiff_t pad = ptrdiff_t(k / 2);
+  std::fill_n(x, s.c * plane, 0.0f);
+  for (size_t ci = 0; ci < s.c; ++ci) {
+    float* dst_c = x + ci * plane;
+    for (size_t ki = 0; ki < k; ++ki) {
+      for (size_t kj = 0; kj < k; ++kj) {
+        const float* row = col + ((ci * k + ki) * k + kj) * plane;
+        const ptrdiff_t dj = ptrdiff_t(kj) - pad;
+        const size_t lo = size_t(std::max<ptrdiff_t>(0, -dj));
+        const size_t hi = size_t(std::min<ptrdiff_t>(ptrdiff_t(s.w), ptrdiff_t(s.w) - dj));
+        for (size_t img = 0; img < n; ++img) {
+          for (size_t oh = 0; oh < s.h; ++oh) {
+            const ptrdiff_t ih = ptrdiff_t(oh + ki) - pad;
+            if (ih < 0 || ih >= ptrdiff_t(s.h)) continue;
+            const float* src = row + (img * s.h + oh) * s.w;
+            float* dst = dst_c + (img * s.h + size_t(ih)) * s.w + dj;
+            for (size_t ow = lo; ow < hi; ++ow) dst[ow] += src[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// dy = 0 where the ReLU's output y was 0 (its derivative), in place.
+void reluMask(const float* y, float* dy, size_t count) {
+  for (size_t k = 0; k < count; ++k) dy[k] = y[k] > 0.0f ? dy[k] : 0.0f;
+}
+
+}  // namespace
+
+// One stage of the net. Its input and output are `in` and `out` per sample; feature maps are channel-major
+// over the chunk (C x N x H x W), flat features sample-major (N x F). forward keeps what backward needs.
+class Cnn::Layer {
+ public:
+  Layer(Shape in, Shape out) : in(in), out(out), y(kChunk * out.size()) {}
+  virtual ~Layer() = default;
+  virtual size_t numParameters() const { return 0; }
+  virtual void initialize(float* /*params*/, data::Rng& /*rng*/) const {}
+  // y = f(x) for n samples.
+  virtual void forward(const float* params, const float* x, size_t n) = 0;
+  // Given dy = d(loss)/dy (which it may overwrite), writes dx when it is not null, and writes (or with
+  // `accumulate` adds) the parameter gradients at grads.
+  virtual void backward(const float* params, float* grads, const float* x, float* dy, float* dx, size_t n,
+                        bool accumulate) = 0;
+  // GEMM flops of one forward + backward over n samples; `first`: no input gradient.
+  virtual double flops(size_t /*n*/, bool /*first*/) const { return 0; }
+
+  const Shape in, out;
+  size_t offset = 0;     // of this layer's parameters in the model's buffer
+  std::vector<float> y;  // the output of the last forward
+};
+
+namespace {
+
+using Layer = Cnn::Layer;
+
+// A "same" convolution (stride 1, zero padding k/2), optionally followed by a ReLU.
+class Conv final : public Layer {
+ public:
+  Conv(Shape in, size_t out_channels, size_t k, bool relu)
+      : Layer(in, {out_channels, in.h, in.w}), k_(k), relu_(relu), col_(kChunk * in.h * in.w * in.c * k * k) {}
+
+  size_t patch() const { return in.c * k_ * k_; }
+  size_t numParameters() const override { return out.c * patch() + out.c; }
+  void initialize(float* params, data::Rng& rng) const override {
+    drawUniform(params, numParameters(), 1.0f / std::sqrt(float(patch())), rng);
+  }
+
+  void forward(const float* params, const float* x, size_t n) override {
+    const size_t cols = n * in.h * in.w;
+    im2col(x, in, n, k_, col_.data());
+    // y (Cout x N*H*W) = W (Cout x C*k*k) * col (C*k*k x N*H*W)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i(out.c), i(cols), i(patch()), 1.0f, params, i(patch()),
+                col_.data(), i(cols), 0.0f, y.data(), i(cols));
+    const float* bias = params + out.c * patch();
+    for (size_t o = 0; o < out.c; ++o) {
+      float* row = y.data() + o * cols;
+      const float b = bias[o];
+      if (relu_) {
+        for (size_t j = 0; j < cols; ++j) row[j] = std::max(row[j] + b, 0.0f);
+      } else {
+        for (size_t j = 0; j < cols; ++j) row[j] += b;
+      }
+    }
+  }
+
+  void backward(const float* params, float* grads, const float* /*x: its columns are kept*/, float* dy, float* dx,
+                size_t n, bool accumulate) override {
+    const size_t cols = n * in.h * in.w;
+    if (relu_) reluMask(y.data(), dy, out.c * cols);
+    // dW (Cout x C*k*k) = dy (Cout x N*H*W) * col^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(out.c), i(patch()), i(cols), 1.0f, dy, i(cols),
+                col_.data(), i(cols), accumulate ? 1.0f : 0.0f, grads, i(patch()));
+    float* db = grads + out.c * patch();
+    for (size_t o = 0; o < out.c; ++o) {
+      const float* row = dy + o * cols;
+      float sum = 0;
+      for (size_t j = 0; j < cols; ++j) sum += row[j];
+      db[o] = accumulate ? db[o] + sum : sum;
+    }
+    if (dx == nullptr) return;
+    // dcol (C*k*k x N*H*W) = W^T * dy, folded back onto the input by col2im. The columns are no longer needed.
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i(patch()), i(cols), i(out.c), 1.0f, params, i(patch()), dy,
+                i(cols), 0.0f, col_.data(), i(cols));
+    col2im(col_.data(), in, n, k_, dx);
+  }
+
+  double flops(size_t n, bool first) const override {
+    const double mnk = 2.0 * double(out.c) * double(patch()) * double(n * in.h * in.w);
+    return (first ? 2 : 3) * mnk;
+  }
+
+ private:
+  const size_t k_;
+  const bool relu_;
+  std::vector<float> col_;  // im2col of the last forward's input
+};
+
+// 2 x 2 max-pooling, stride 2; ties go to the first element in row-major order.
+class MaxPool final : public Layer {
+ public:
+  explicit MaxPool(Shape in) : Layer(in, {in.c, in.h / 2, in.w / 2}), argmax_(kChunk * out.size()) {}
+
+  void forward(const float* /*params*/, const float* x, size_t n) override {
+    const size_t planes = in.c * n;
+    for (size_t p = 0; p < planes; ++p) {
+      const float* src = x + p * in.h * in.w;
+      float* dst = y.data() + p * out.h * out.w;
+      uint8_t* arg = argmax_.data() + p * out.h * out.w;
+      for (size_t oh = 0; oh < out.h; ++oh) {
+        const float* r0 = src + 2 * oh * in.w;
+        const float* r1 = r0 + in.w;
+        for (size_t ow = 0; ow < out.w; ++ow) {
+          const float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+          uint8_t best = 0;
+          for (uint8_t q = 1; q < 4; ++q)
+            if (v[q] > v[best]) best = q;
+          dst[oh * out.w + ow] = v[best];
+          arg[oh * out.w + ow] = best;
+        }
+      }
+    }
+  }
+
+  void backward(const float*, float*, const float*, float* dy, float* dx, size_t n, bool) override {
+    if (dx == nullptr) return;
+    const size_t planes = in.c * n;
+    std::fill_n(dx, planes * in.h * in.w, 0.0f);
+    for (size_t p = 0; p < planes; ++p) {
+      float* dst = dx + p * in.h * in.w;
+      const float* src = dy + p * out.h * out.w;
+      const uint8_t* arg = argmax_.data() + p * out.h * out.w;
+      for (size_t oh = 0; oh < out.h; ++oh) {
+        for (size_t ow = 0; ow < out.w; ++ow) {
+          const uint8_t q = arg[oh * out.w + ow];
+          dst[(2 * oh + q / 2) * in.w + 2 * ow + q % 2] = src[oh * out.w + ow];
+        }
+      }
+    }
+  }
+
+ private:
+  std::vector<uint8_t> argmax_;
+};
+
+// y = ReLU(x + b(a(x))), a = conv3x3 + ReLU, b = conv3x3, both keeping the channel count.
+class Residual final : public Layer {
+ public:
+  explicit Residual(Shape in) : Layer(in, in), a_(in, in.c, 3, true), b_(in, in.c, 3, false), dt_(kChunk * in.size()) {}
+
+  size_t numParameters() const override { return a_.numParameters() + b_.numParameters(); }
+  void initialize(float* params, data::Rng& rng) const override {
+    a_.initialize(params, rng);
+    b_.initialize(params + a_.numParameters(), rng);
+  }
+
+  void forward(const float* params, const float* x, size_t n) override {
+    a_.forward(params, x, n);
+    b_.forward(params + a_.numParameters(), a_.y.data(), n);
+    const size_t count = n * in.size();
+    for (size_t k = 0; k < count; ++k) y[k] = std::max(x[k] + b_.y[k], 0.0f);
+  }
+
+  void backward(const float* params, float* grads, const float* x, float* dy, float* dx, size_t n,
+                bool accumulate) override {
+    const size_t count = n * in.size();
+    reluMask(y.data(), dy, count);  // now d(loss)/d(x + b)
+    b_.backward(params + a_.numParameters(), grads + a_.numParameters(), a_.y.data(), dy, dt_.data(), n, accumulate);
+    a_.backward(params, grads, x, dt_.data(), dx, n, accumulate);
+    if (dx != nullptr)
+      for (size_t k = 0; k < count; ++k) dx[k] += dy[k];  // the identity path
+  }
+
+  double flops(size_t n, bool first) const override { return a_.flops(n, first) + b_.flops(n, false); }
+
+ private:
+  Conv a_, b_;
+  std::vector<float> dt_;
+};
+
+// Channel-major maps (C x N x H x W) to sample-major features (N x C*H*W), PyTorch's flatten order.
+class Flatten final : public Layer {
+ public:
+  explicit Flatten(Shape in) : Layer(in, {in.size(), 1, 1}) {}
+
+  void forward(const float*, const float* x, size_t n) override {
+    const size_t hw = in.h * in.w;
+    for (size_t c = 0; c < in.c; ++c)
+      for (size_t img = 0; img < n; ++img)
+        std::memcpy(y.data() + img * out.c + c * hw, x + (c * n + img) * hw, hw * sizeof(float));
+  }
+
+  void backward(const float*, float*, const float*, float* dy, float* dx, size_t n, bool) override {
+    if (dx == nullptr) return;
+    const size_t hw = in.h * in.w;
+    for (size_t c = 0; c < in.c; ++c)
+      for (size_t img = 0; img < n; ++img)
+        std::memcpy(dx + (c * n + img) * hw, dy + img * out.c + c * hw, hw * sizeof(float));
+  }
+};
+
+// A fully connected layer on sample-major features, optionally followed by a ReLU.
+class Linear final : public Layer {
+ public:
+  Linear(size_t in_features, size_t out_features, bool relu)
+      : Layer({in_features, 1, 1}, {out_features, 1, 1}), relu_(relu) {}
+
+  size_t numParameters() const override { return out.c * in.c + out.c; }
+  void initialize(float* params, data::Rng& rng) const override {
+    drawUniform(params, numParameters(), 1.0f / std::sqrt(float(in.c)), rng);
+  }
+
+  void forward(const float* params, const float* x, size_t n) override {
+    // y (n x out) = x (n x in) * W^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(n), i(out.c), i(in.c), 1.0f, x, i(in.c), params, i(in.c),
+                0.0f, y.data(), i(out.c));
+    const float* bias = params + out.c * in.c;
+    for (size_t r = 0; r < n; ++r) {
+      float* row = y.data() + r * out.c;
+      for (size_t j = 0; j < out.c; ++j) row[j] = relu_ ? std::max(row[j] + bias[j], 0.0f) : row[j] + bias[j];
+    }
+  }
+
+  void backward(const float* params, float* grads, const float* x, float* dy, float* dx, size_t n,
+                bool accumulate) override {
+    if (relu_) reluMask(y.data(), dy, n * out.c);
+    // dW (out x in) = dy^T * x
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i(out.c), i(in.c), i(n), 1.0f, dy, i(out.c), x, i(in.c),
+                accumulate ? 1.0f : 0.0f, grads, i(in.c));
+    float* db = grads + out.c * in.c;
+    if (!accumulate) std::fill_n(db, out.c, 0.0f);
+    for (size_t r = 0; r < n; ++r)
+      for (size_t j = 0; j < out.c; ++j) db[j] += dy[r * out.c + j];
+    if (dx == nullptr) return;
+    // dx (n x in) = dy * W
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i(n), i(in.c), i(out.c), 1.0f, dy, i(out.c), params,
+                i(in.c), 0.0f, dx, i(in.c));
+  }
+
+  double flops(size_t n, bool first) const override {
+    return (first ? 2 : 3) * 2.0 * double(n) * double(in.c) * double(out.c);
+  }
+
+ private:
+  const bool relu_;
+};
+
+}  // namespace
+
+Result<Cnn> Cnn::create(Arch arch, size_t input_dims, size_t classes, size_t max_batch) {
+  size_t side = 0;
+  while ((side + 1) * (side + 1) <= input_dims) ++side;
+  if (side * side != input_dims || side % 4 != 0 || side < 8) {
+    return Status::invalidArgument("cnn: takes square one-channel images with a side that is a multiple of 4 and "
+                                   "at least 8 (784 = 28 x 28 for Fashion-MNIST); " +
+                                   std::to_string(input_dims) + " input dims are not");
+  }
+  if (classes < 2 || classes > 256)
+    return Status::invalidArgument("cnn: " + std::to_string(classes) + " classes; must be 2..256 (labels are bytes)");
+  if (max_batch == 0) return Status::invalidArgument("cnn: max_batch must be positive");
+
+  std::vector<std::unique_ptr<Layer>> layers;
+  auto add = [&layers](std::unique_ptr<Layer> layer) {
+    layers.push_back(std::move(layer));
+    return layers.back()->out;
+  };
+  Shape s{1, side, side};
+  if (arch == Arch::kLeNet) {
+    s = add(std::make_unique<Conv>(s, 8, 5, true));
+    s = add(std::make_unique<MaxPool>(s));
+    s = add(std::make_unique<Conv>(s, 16, 5, true));
+    s = add(std::make_unique<MaxPool>(s));
+    s = add(std::make_unique<Flatten>(s));
+    s = add(std::make_unique<Linear>(s.c, 128, true));
+    s = add(std::make_unique<Linear>(s.c, classes, false));
+  } else {
+    s = add(std::make_unique<Conv>(s, 16, 3, true));
+    s = add(std::make_unique<MaxPool>(s));
+    s = add(std::make_unique<Residual>(s));
+    s = add(std::make_unique<MaxPool>(s));
+    s = add(std::make_unique<Residual>(s));
+    s = add(std::make_unique<Flatten>(s));
+    s = add(std::make_unique<Linear>(s.c, classes, false));
+  }
+  size_t count = 0;
+  for (auto& layer : layers) {
+    layer->offset = count;
+    count += layer->numParameters();
+  }
+  return Cnn(std::move(layers), input_dims, classes, max_batch, count);
+}
+
+Cnn::Cnn(std::vector<std::unique_ptr<Layer>> layers, size_t input_dims, size_t classes, size_t max_batch,
+         size_t num_parameters)
+    : Model(input_dims, classes, max_batch, num_parameters), layers_(std::move(layers)) {
+  size_t widest = 0;
+  for (const auto& layer : layers_) widest = std::max({widest, layer->in.size(), layer->out.size()});
+  dy_.resize(kChunk * widest);
+  dx_.resize(kChunk * widest);
+  initialize(0);
+}
+
+Cnn::Cnn(Cnn&&) noexcept = default;
+Cnn& Cnn::operator=(Cnn&&) noexcept = default;
+Cnn::~Cnn() = default;
+
+size_t Cnn::chunkSize() const { return std::min(kChunk, maxBatch()); }
+
+void Cnn::initialize(uint64_t seed) {
+  data::Rng rng(data::mixSeed(seed, 0xc22));
+  for (const auto& layer : layers_) layer->initialize(params_.data() + layer->offset, rng);
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+}
+
+const float* Cnn::logits(const float* inputs, size_t n) {
+  const float* x = inputs;
+  for (auto& layer : layers_) {
+    layer->forward(params_.data() + layer->offset, x, n);
+    x = layer->y.data();
+  }
+  return x;
+}
+
+void Cnn::backward(const float* inputs, const float* d_logits, size_t n, bool accumulate) {
+  std::copy_n(d_logits, n * numClasses(), dy_.data());
+  for (size_t l = layers_.size(); l-- > 0;) {
+    Layer& layer = *layers_[l];
+    const float* x = l == 0 ? inputs : layers_[l - 1]->y.data();
+    layer.backward(params_.data() + layer.offset, grads_.data() + layer.offset, x, dy_.data(),
+                   l == 0 ? nullptr : dx_.data(), n, accumulate);
+    dy_.swap(dx_);
+  }
+}
+
+std::vector<size_t> Cnn::layerOffsets() const {
+  std::vector<size_t> offsets;
+  for (const auto& layer : layers_)
+    if (layer->numParameters() > 0) offsets.push_back(layer->offset);
+  return offsets;
+}
+
+double Cnn::flopsPerStep(size_t batch) const {
+  double flops = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) flops += layers_[l]->flops(batch, l == 0);
+  return flops;
+}
+
+}  // namespace chaosbed::model
