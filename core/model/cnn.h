@@ -6,12 +6,13 @@
 //   kResidual  conv3x3(1->16)+ReLU, maxpool 2, residual block(16), maxpool 2, residual block(16),
 //              linear(16*(s/4)^2 -> classes); a block is y = ReLU(x + conv3x3(ReLU(conv3x3(x)))) (17k parameters).
 //
-// Every convolution is "same" (stride 1, zero padding k/2) and runs as ONE GEMM per chunk of samples: the
-// feature maps are kept channel-major over the whole chunk (C x N x H x W), so im2col lays the chunk out as a
-// (C*k*k) x (N*H*W) matrix and the weights (Cout x C*k*k) multiply it at once; backward is two more GEMMs
-// (weights' gradient, and the columns' gradient folded back by col2im). A one-channel image batch is already
-// in that layout, so the input is never transposed. Batches are processed in chunks of at most 64 samples,
-// which bounds the workspace (about 22 MB for kLeNet) whatever the batch; the gradient is the same.
+// Every convolution is "same" (stride 1, zero padding k/2) and runs as GEMMs over blocks of images: feature
+// maps are kept channel-major over the chunk (C x N x H x W), im2col lays a block of images out as a
+// (C*k*k) x (B*H*W) matrix small enough to stay in L2, and the weights (Cout x C*k*k) multiply it; backward
+// builds the block's columns again and runs two more GEMMs (the weights' gradient, and the columns' gradient
+// folded back by col2im). A one-channel image batch is already in that layout, so the input is never
+// transposed. Batches are processed in chunks of at most 64 samples, which bounds the workspace (about 7 MB
+// for kLeNet) whatever the batch; the gradient is the same.
 //
 // Parameter layout (see core/model/model.h for the contract): layer by layer, each layer's weights (row-major
 // Cout x Cin x k x k, as PyTorch's nn.Conv2d; out x in for linear layers) and then its biases.
