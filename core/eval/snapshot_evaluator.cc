@@ -9,6 +9,10 @@ Result<std::unique_ptr<SnapshotEvaluator>> SnapshotEvaluator::create(std::vector
                                                                      const data::Dataset& test_set,
                                                                      const EvaluatorOptions& options) {
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, model::create(options.kind, layers, options.eval_batch));
+  if (options.emulate.enabled()) {
+    CHAOSBED_ASSIGN_OR_RETURN(model::EmulationPlan plan, model::planEmulation(options.emulate, model->numParameters()));
+    model->padTo(plan.padded_parameters);
+  }
   if (test_set.size() == 0) return Status::invalidArgument("snapshot evaluator: empty test set");
   if (test_set.dims != model->inputDims() || static_cast<size_t>(test_set.num_classes) > model->numClasses()) {
     return Status::invalidArgument("snapshot evaluator: test set has " + std::to_string(test_set.dims) + " dims and " +

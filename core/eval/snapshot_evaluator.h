@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/data/dataset.h"
+#include "core/model/emulation.h"
 #include "core/model/model.h"
 #include "transports/status.h"
 #include "transports/transport.h"
@@ -41,6 +42,7 @@ struct EvaluatorOptions {
   double target_accuracy = 0.85;
   size_t eval_batch = 1000;  // samples per forward pass (a convolutional model splits it further)
   model::Kind kind = model::Kind::kMlp;
+  model::EmulationSpec emulate{};  // snapshots of an emulated model carry its padding
 };
 
 class SnapshotEvaluator {

@@ -36,8 +36,14 @@ Result<Kind> parseKind(std::string_view name) {
 }
 
 Model::Model(size_t input_dims, size_t classes, size_t max_batch, size_t num_parameters)
-    : params_(num_parameters), grads_(num_parameters), input_dims_(input_dims), classes_(classes),
-      max_batch_(max_batch) {}
+    : params_(num_parameters), grads_(num_parameters), real_parameters_(num_parameters), input_dims_(input_dims),
+      classes_(classes), max_batch_(max_batch) {}
+
+void Model::padTo(size_t total) {
+  if (total <= params_.size()) return;
+  params_.resize(total, 0.0f);
+  grads_.resize(total, 0.0f);
+}
 
 Status Model::checkBatch(std::span<const float> inputs, std::span<const uint8_t> labels) const {
   const size_t n = labels.size();

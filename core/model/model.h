@@ -49,6 +49,12 @@ class Model {
   std::span<float> gradients() { return grads_; }
   std::span<const float> gradients() const { return grads_; }
   size_t numParameters() const { return params_.size(); }
+  // The model's own parameters: the first realParameters() of the buffer; the rest is padding (padTo).
+  size_t realParameters() const { return real_parameters_; }
+  // Grows parameters() and gradients() to `total` floats for model emulation (core/model/emulation.h), so
+  // that the transport carries an emulated model's gradient. The padding is zero and stays zero: no layer
+  // reads or writes it, and an optimizer over a zero gradient leaves it be. No-op unless total is larger.
+  void padTo(size_t total);
   size_t inputDims() const { return input_dims_; }
   size_t numClasses() const { return classes_; }
   size_t maxBatch() const { return max_batch_; }
@@ -90,6 +96,7 @@ class Model {
  private:
   Status checkBatch(std::span<const float> inputs, std::span<const uint8_t> labels) const;
 
+  size_t real_parameters_;
   size_t input_dims_;
   size_t classes_;
   size_t max_batch_;

@@ -136,6 +136,7 @@ Status runEvaluator(NodeContext& ctx) {
   eval::EvaluatorOptions options;
   options.target_accuracy = ctx.config.target_accuracy;
   CHAOSBED_ASSIGN_OR_RETURN(options.kind, model::parseKind(ctx.config.model));
+  options.emulate = ctx.config.emulate;
   CHAOSBED_ASSIGN_OR_RETURN(auto evaluator, eval::SnapshotEvaluator::create(layers, ctx.data->test, options));
   const size_t parameters = evaluator->numParameters();
   return Evaluator(ctx, std::move(evaluator), parameters).run();

@@ -29,9 +29,14 @@ Status MirroredWorker::setup() {
                                    " dims per sample but the model takes " + std::to_string(model_->inputDims()));
   optim::SgdOptions o{static_cast<float>(cfg_.learning_rate), static_cast<float>(cfg_.momentum),
                       static_cast<float>(cfg_.weight_decay)};
-  auto sgd = optim::Sgd::create(o, model_->numParameters());
+  // The optimizer steps the model's own parameters: an emulated model's padding is the accelerator's
+  // business (the emulated compute time), not this CPU's.
+  auto sgd = optim::Sgd::create(o, model_->realParameters());
   if (!sgd.isOk()) return sgd.status().withContext("mirrored: optimizer");
   sgd_.emplace(std::move(sgd).value());
+  auto accelerator = EmulatedAccelerator::create(ctx_, model_->realParameters(), /*allreduce=*/true);
+  if (!accelerator.isOk()) return accelerator.status().withContext("mirrored: workload.emulate");
+  accelerator_.emplace(std::move(accelerator).value());
   resetToInitialState();
   slice_images_.resize(bpw_ * train_.dims);
   slice_labels_.resize(bpw_);
@@ -105,16 +110,19 @@ uint32_t MirroredWorker::myFlags() {
 
 Status MirroredWorker::computeGradient(int position, int members) {
   Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+  const auto started = SteadyClock::now();
   CHAOSBED_RETURN_IF_ERROR(nextSlice(position, members));
   auto loss = model_->computeGradients(slice_images_, slice_labels_);
   if (!loss.isOk()) return loss.status().withContext("mirrored: computing gradients");
+  accelerator_->afterCompute(started);
   if (hooks_.after_gradient) hooks_.after_gradient(progress_.step, membership_.generation);
   return Status::ok();
 }
 
 Status MirroredWorker::applyGradient(float scale) {
   Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
-  return sgd_->apply(model_->parameters(), model_->gradients(), scale);
+  const size_t real = model_->realParameters();
+  return sgd_->apply(model_->parameters().first(real), model_->gradients().first(real), scale);
 }
 
 Status MirroredWorker::step(StepOutcome& out) {
@@ -264,7 +272,7 @@ Status MirroredWorker::restoreCheckpoint() {
     LOG(WARNING) << "mirrored rank " << me_ << ": skipped checkpoint " << skipped;
   const TrainingState& st = loaded->state;
   if (st.params.size() != model_->numParameters() || st.optimizer.size() != 1 ||
-      st.optimizer[0].size() != model_->numParameters())
+      st.optimizer[0].size() != model_->realParameters())
     return Status::invalidArgument("mirrored: checkpoint " + loaded->path + " holds " +
                                    std::to_string(st.params.size()) + " parameters and " +
                                    std::to_string(st.optimizer.size()) + " optimizer buffers; the model has " +

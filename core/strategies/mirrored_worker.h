@@ -164,6 +164,7 @@ class MirroredWorker {
 
   std::unique_ptr<model::Model> model_;
   std::optional<optim::Sgd> sgd_;
+  std::optional<EmulatedAccelerator> accelerator_;  // workload.emulate's compute time
   Progress progress_;
   bool has_state_ = false;
   std::vector<uint32_t> order_;

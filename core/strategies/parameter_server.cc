@@ -516,9 +516,10 @@ Status PsServer::run() {
 
 class PsWorker {
  public:
-  PsWorker(NodeContext& ctx, std::unique_ptr<model::Model> model, std::vector<ShardRange> ranges, data::BatchIterator batches)
+  PsWorker(NodeContext& ctx, std::unique_ptr<model::Model> model, std::vector<ShardRange> ranges,
+           data::BatchIterator batches, EmulatedAccelerator accelerator)
       : ctx_(ctx), model_(std::move(model)), ranges_(std::move(ranges)), batches_(std::move(batches)),
-        pulled_(ranges_.size(), 0) {
+        accelerator_(std::move(accelerator)), pulled_(ranges_.size(), 0) {
     for (const auto& r : ranges_) {
       requests_.emplace_back(sizeof(PsRequestHeader) + r.count * sizeof(float));
       replies_.emplace_back(sizeof(PsReplyHeader) + r.count * sizeof(float));
@@ -540,6 +541,7 @@ class PsWorker {
   std::unique_ptr<model::Model> model_;
   std::vector<ShardRange> ranges_;
   data::BatchIterator batches_;
+  EmulatedAccelerator accelerator_;  // workload.emulate's compute time
   std::vector<int64_t> pulled_;
   std::vector<std::vector<std::byte>> requests_, replies_;
   int64_t seq_ = 0;
@@ -647,9 +649,11 @@ Status PsWorker::run() {
     const auto step_start = SteadyClock::now();
     {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
+      const auto compute_started = SteadyClock::now();
       CHAOSBED_RETURN_IF_ERROR(batches_.next(batch));
       auto loss = model_->computeGradients(batch.images, batch.labels);
       if (!loss.isOk()) return loss.status();
+      accelerator_.afterCompute(compute_started);
     }
     Status s = exchange(true, int64_t(batch.size));
     if (!s.isOk()) {
@@ -700,7 +704,9 @@ Status runPsWorker(NodeContext& ctx) {
       data::BatchIterator::create(ctx.data->train, {ctx.rank, ctx.workers},
                                   ctx.config.seed + uint64_t(ctx.control.incarnation()) * 7919,
                                   size_t(ctx.config.batch_per_worker)));
-  return PsWorker(ctx, std::move(model), std::move(ranges), std::move(batches)).run();
+  CHAOSBED_ASSIGN_OR_RETURN(EmulatedAccelerator accelerator,
+                            EmulatedAccelerator::create(ctx, model->realParameters(), /*allreduce=*/false));
+  return PsWorker(ctx, std::move(model), std::move(ranges), std::move(batches), std::move(accelerator)).run();
 }
 
 }  // namespace chaosbed

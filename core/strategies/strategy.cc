@@ -1,6 +1,8 @@
 #include "core/strategies/strategy.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace chaosbed {
 
@@ -52,7 +54,12 @@ nlohmann::json TrainingConfig::toJson() const {
           {"eval_interval_steps", eval_interval_steps},
           {"checkpoint_interval_s", checkpoint_interval_s},
           {"collective_timeout_s", collective_timeout_s},
-          {"max_steps", max_steps}};
+          {"max_steps", max_steps},
+          {"emulate", {{"model", emulate.model},
+                       {"accelerator", emulate.accelerator},
+                       {"network_gbps", emulate.network_gbps},
+                       {"batch_per_worker", emulate.batch_per_worker},
+                       {"max_gradient_mb", emulate.max_gradient_mb}}}};
 }
 
 TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
@@ -74,6 +81,14 @@ TrainingConfig TrainingConfig::fromJson(const nlohmann::json& j) {
   c.checkpoint_interval_s = j.value("checkpoint_interval_s", c.checkpoint_interval_s);
   c.collective_timeout_s = j.value("collective_timeout_s", c.collective_timeout_s);
   c.max_steps = j.value("max_steps", c.max_steps);
+  if (j.contains("emulate")) {
+    const nlohmann::json& e = j.at("emulate");
+    c.emulate.model = e.value("model", c.emulate.model);
+    c.emulate.accelerator = e.value("accelerator", c.emulate.accelerator);
+    c.emulate.network_gbps = e.value("network_gbps", c.emulate.network_gbps);
+    c.emulate.batch_per_worker = e.value("batch_per_worker", c.emulate.batch_per_worker);
+    c.emulate.max_gradient_mb = e.value("max_gradient_mb", c.emulate.max_gradient_mb);
+  }
   return c;
 }
 
@@ -98,7 +113,36 @@ Result<std::unique_ptr<model::Model>> makeModel(const TrainingConfig& config, si
   }
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::create(kind, layers, max_batch));
   m->initialize(config.seed);
+  CHAOSBED_ASSIGN_OR_RETURN(std::optional<model::EmulationPlan> plan, emulationPlan(config, m->numParameters()));
+  if (plan) m->padTo(plan->padded_parameters);
   return m;
+}
+
+Result<std::optional<model::EmulationPlan>> emulationPlan(const TrainingConfig& config, size_t real_parameters) {
+  if (!config.emulate.enabled()) return std::optional<model::EmulationPlan>();
+  CHAOSBED_ASSIGN_OR_RETURN(model::EmulationPlan plan, model::planEmulation(config.emulate, real_parameters));
+  return std::optional<model::EmulationPlan>(plan);
+}
+
+Result<EmulatedAccelerator> EmulatedAccelerator::create(NodeContext& ctx, size_t real_parameters, bool allreduce) {
+  CHAOSBED_ASSIGN_OR_RETURN(std::optional<model::EmulationPlan> plan, emulationPlan(ctx.config, real_parameters));
+  if (!plan) return EmulatedAccelerator(&ctx, std::nullopt, 0);
+  const double ratio = plan->targetRatio(allreduce, ctx.workers);
+  return EmulatedAccelerator(&ctx, model::EmulatedCompute(ratio), ratio);
+}
+
+void EmulatedAccelerator::afterCompute(SteadyClock::time_point compute_started) {
+  if (!compute_) return;
+  const double elapsed = std::chrono::duration<double>(SteadyClock::now() - compute_started).count();
+  const double transfer = ctx_->accounting.snapshot().seconds[size_t(TimeCategory::kTransfer)];
+  const double wait = compute_->waitSeconds(elapsed, transfer);
+  if (compute_->computeSeconds() && !reported_) {
+    reported_ = true;
+    (void)ctx_->control.event("emulation_calibrated", {{"compute_seconds", *compute_->computeSeconds()},
+                                                         {"target_ratio", target_ratio_},
+                                                         {"transfer_seconds", *compute_->computeSeconds() * target_ratio_}});
+  }
+  if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
 }
 
 namespace {

@@ -28,6 +28,7 @@
 
 #include "core/data/dataset.h"
 #include "core/metrics/accounting.h"
+#include "core/model/emulation.h"
 #include "core/model/model.h"
 #include "core/runtime/control.h"
 #include "transports/transport.h"
@@ -72,6 +73,7 @@ struct TrainingConfig {
   double checkpoint_interval_s = 5.0;
   double collective_timeout_s = 60;        // a peer silent this long (paused) is treated as lost
   int64_t max_steps = 0;                   // 0 = no limit (tests use it)
+  model::EmulationSpec emulate{};          // workload.emulate: disabled unless emulate.model is set
 
   nlohmann::json toJson() const;
   static TrainingConfig fromJson(const nlohmann::json& j);
@@ -82,8 +84,11 @@ enum class Splits { kTrain, kTest, kBoth };
 // Loads the splits of the dataset the config names (synthetic: dims and classes from the first and last
 // layer); a split not asked for is left empty.
 Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Splits which = Splits::kBoth);
-// The model the config describes, for batches of up to max_batch samples, initialised from config.seed.
+// The model the config describes, for batches of up to max_batch samples, initialised from config.seed;
+// padded to the emulated model's gradient when the config emulates one.
 Result<std::unique_ptr<model::Model>> makeModel(const TrainingConfig& config, size_t max_batch);
+// The plan of the config's emulation for a small model of `real_parameters`; nullopt without one.
+Result<std::optional<model::EmulationPlan>> emulationPlan(const TrainingConfig& config, size_t real_parameters);
 
 // Everything a role function needs. Owned by the node runtime; outlives the role call.
 struct NodeContext {
@@ -102,6 +107,25 @@ struct NodeContext {
   int evaluatorRank() const { return workers + servers; }
   int serverRank(int shard) const { return workers + shard; }
   bool noticeReceived() const { return preempt_notice && preempt_notice->load(std::memory_order_relaxed); }
+};
+
+// A worker's emulated accelerator (core/model/emulation.h): nothing without workload.emulate; otherwise
+// afterCompute() stretches each step's compute to the emulated job's and reports the calibration once.
+class EmulatedAccelerator {
+ public:
+  // InvalidArgument if the config's emulation is unusable. `allreduce`: the strategy's traffic pattern.
+  static Result<EmulatedAccelerator> create(NodeContext& ctx, size_t real_parameters, bool allreduce);
+  // Called at the end of a step's real compute, inside its compute timer: waits, off the CPU, for the rest
+  // of the emulated compute time.
+  void afterCompute(SteadyClock::time_point compute_started);
+
+ private:
+  EmulatedAccelerator(NodeContext* ctx, std::optional<model::EmulatedCompute> compute, double target_ratio)
+      : ctx_(ctx), compute_(std::move(compute)), target_ratio_(target_ratio) {}
+  NodeContext* ctx_;
+  std::optional<model::EmulatedCompute> compute_;
+  double target_ratio_;
+  bool reported_ = false;
 };
 
 }  // namespace chaosbed

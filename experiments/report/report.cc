@@ -577,6 +577,9 @@ std::string renderReport(const ReportInput& in) {
     << htmlEscape(in.summary.contains("target_accuracy") ? in.summary["target_accuracy"].dump() : "?") << " · "
     << (in.summary.value("complete", false) ? "complete" : "incomplete (interrupted or failed)") << " · "
     << in.faults.size() << " fault/exit event(s)</p>\n";
+  if (in.summary.contains("emulation") && in.summary["emulation"].is_object())
+    o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["emulation"].value("note", std::string()))
+      << "</strong></p>\n";
   o << "<h2>Accuracy vs time</h2>\n<p class=\"legend\">";
   for (size_t i = 0; i < ordered.size(); ++i)
     o << "<span><span class=\"swatch\" style=\"background:" << colorOf(i) << "\"></span>" << htmlEscape(ordered[i])

@@ -229,7 +229,9 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", gateway.c_str(), s.toString().c_str());
   }
   if (out)
-    std::fprintf(out, "\n%s\nresults: %s\n%s%s%s", comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
+    std::fprintf(out, "\n%s%s\nresults: %s\n%s%s%s",
+                 comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
+                 spec.workload.emulate.enabled() ? (emulationNote(spec) + "\n").c_str() : "",
                  dir.c_str(), report_written.isOk() ? "report:  " : "", report_written.isOk() ? dir.c_str() : "",
                  report_written.isOk() ? "/report.html\n" : "");
   // Let Prometheus scrape the final values (a batch job can also push them): with await_scrape, wait for that

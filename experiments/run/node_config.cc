@@ -5,6 +5,7 @@ namespace chaosbed::run {
 TrainingConfig trainingConfig(const spec::ExperimentSpec& s, const spec::StrategySpec& st) {
   TrainingConfig c;
   c.model = s.model.kind;
+  c.emulate = s.workload.emulate;
   c.layers = s.model.layers;
   c.dataset = spec::name(s.data.dataset);
   c.data_path = s.data.path;

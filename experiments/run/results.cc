@@ -13,6 +13,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/model/emulation.h"
+#include "core/model/model.h"
+
 namespace chaosbed::run {
 
 namespace fs = std::filesystem;
@@ -90,6 +93,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"complete", complete},
                       {"fault_rates", rates},
                       {"provenance", record.provenance ? record.provenance->toJson() : nlohmann::json(nullptr)},
+                      {"emulation", emulationJson(spec)},
                       {"strategies", strategies}};
   const std::string text = j.dump(2) + "\n";
   Status s = writeTextAtomically(dir + "/summary.json", text);
@@ -155,6 +159,44 @@ std::string comparisonTable(const std::vector<StrategyResult>& results, double t
   return out.str();
 }
 
+nlohmann::json emulationJson(const spec::ExperimentSpec& spec) {
+  const model::EmulationSpec& e = spec.workload.emulate;
+  if (!e.enabled()) return nullptr;
+  std::vector<size_t> layers(spec.model.layers.begin(), spec.model.layers.end());
+  auto kind = model::parseKind(spec.model.kind);
+  auto small = kind.isOk() ? model::create(*kind, layers, 1) : Result<std::unique_ptr<model::Model>>(kind.status());
+  auto plan = model::planEmulation(e, small.isOk() ? (*small)->numParameters() : 0);
+  if (!plan.isOk()) return {{"error", plan.status().toString()}};  // validated before: not expected
+  const int n = spec.cluster.workers;
+  return {{"model", e.model},
+          {"accelerator", e.accelerator},
+          {"network_gbps", e.network_gbps},
+          {"batch_per_worker", plan->spec.batch_per_worker},
+          {"real_gradient_mb", plan->real_gradient_bytes / (1 << 20)},
+          {"padded_gradient_mb", double(plan->padded_parameters) * 4 / (1 << 20)},
+          {"real_compute_ms", plan->real_compute_s * 1e3},
+          {"real_wire_ms", {{"mirrored", plan->wireSeconds(true, n) * 1e3},
+                            {"parameter_server", plan->wireSeconds(false, n) * 1e3}}},
+          {"target_comm_compute_ratio", {{"mirrored", plan->targetRatio(true, n)},
+                                         {"parameter_server", plan->targetRatio(false, n)}}},
+          {"note", emulationNote(spec)}};
+}
+
+std::string emulationNote(const spec::ExperimentSpec& spec) {
+  const model::EmulationSpec& e = spec.workload.emulate;
+  if (!e.enabled()) return "";
+  char gbps[32];
+  std::snprintf(gbps, sizeof gbps, "%g", e.network_gbps);
+  return "emulated: " + e.model + " on " + e.accelerator + " at " + gbps +
+         " Gb/s (gradient bytes and compute time); accuracy is the small real model's (" + spec.model.kind +
+         "), not " + e.model + "'s";
+}
+
+double StrategyResult::commComputeRatio() const {
+  const double compute = workers.seconds[int(TimeCategory::kCompute)];
+  return compute > 0 ? workers.seconds[int(TimeCategory::kTransfer)] / compute : 0;
+}
+
 double StrategyResult::goodputSamplesPerSecond() const {
   return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
 }
@@ -215,6 +257,10 @@ nlohmann::json StrategyResult::toJson() const {
                       {"goodput_samples_per_s", goodputSamplesPerSecond()},
                       {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
                       {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
+                      {"comm_compute_ratio", {{"measured", commComputeRatio()},
+                                              {"target", target_comm_compute_ratio
+                                                             ? nlohmann::json(*target_comm_compute_ratio)
+                                                             : nlohmann::json(nullptr)}}},
                       {"checkpoint_seconds", workers.seconds[int(TimeCategory::kCheckpoint)]},
                       {"idle_seconds", idle},
                       {"idle_fraction", idleFraction()},

@@ -40,5 +40,10 @@ Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>
 std::string nodeTimeColumn(TimeCategory c);
 // The comparison table printed at the end of a run.
 std::string comparisonTable(const std::vector<StrategyResult>& results, double target_accuracy);
+// summary.json's "emulation": what workload.emulate emulates and how (the derivation's figures), with the
+// note that accuracy is the small real model's; null without emulation.
+nlohmann::json emulationJson(const spec::ExperimentSpec& spec);
+// One line for the terminal and the report ("" without emulation).
+std::string emulationNote(const spec::ExperimentSpec& spec);
 
 }  // namespace chaosbed::run

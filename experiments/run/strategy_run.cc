@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/launcher/launcher.h"
+#include "core/model/emulation.h"
 #include "experiments/run/node_config.h"
 #include "experiments/run/supervisor.h"
 
@@ -231,6 +232,12 @@ Result<StrategyResult> Supervisor::run() {
   result_.label = strategy_.label;
   result_.kind = spec::name(strategy_.kind);
   result_.recipe = strategy_.recipe;
+  if (spec_.workload.emulate.enabled()) {
+    auto plan = model::planEmulation(spec_.workload.emulate, 0);  // the ratio does not depend on the padding
+    if (!plan.isOk()) return plan.status().withContext("workload.emulate");
+    result_.target_comm_compute_ratio =
+        plan->targetRatio(strategy_.kind == spec::StrategyKind::kMirrored, spec_.cluster.workers);
+  }
   result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
   if (spec_.training.eval_interval_steps > 0) result_.tta_resolution_steps = spec_.training.eval_interval_steps;
   CHAOSBED_RETURN_IF_ERROR(prepare());

@@ -86,11 +86,15 @@ struct StrategyResult {
   std::vector<EvalPoint> timeline;
   std::vector<NodeSample> node_samples;  // every node about once a second, and at the end
   std::string stop_reason;   // "target", "time_limit", "workers_ended", "interrupted", "error: ..."
+  // workload.emulate: the emulated job's wire time / compute time for this strategy's traffic pattern.
+  std::optional<double> target_comm_compute_ratio;
 
   // Samples rolled back: by workers (restored checkpoints) and by servers (shards restored to a checkpoint).
   int64_t samplesLost() const { return workers.samples_lost + servers.samples_lost; }
   double goodputSamplesPerSecond() const;
   double idleFraction() const;
+  // The workers' transfer seconds / compute seconds (0 without compute).
+  double commComputeRatio() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
   nlohmann::json faultEpisodesJson() const;

@@ -19,6 +19,7 @@ metadata: {name: p, labels: {team: x}}
 cluster: {workers: 2, failure_detection: {}}
 data: {dataset: synthetic}
 model: {layers: [2, 2]}
+workload: {emulate: {}}
 strategies:
   - {name: mirrored, training: {}}
   - {name: parameter_server}

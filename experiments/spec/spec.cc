@@ -172,6 +172,21 @@ void parseModel(const ConfigNode& root, const DataSpec& data, ModelSpec* m) {
                        dataset + "), got " + std::to_string(m->layers.back()));
 }
 
+void parseWorkload(const ConfigNode& root, WorkloadSpec* w) {
+  ConfigNode n = root.child("workload");
+  n.checkKeys({"emulate"});
+  ConfigNode e = n.child("emulate");
+  if (e.isNull()) return;
+  e.checkKeys({"model", "accelerator", "network_gbps", "batch_per_worker", "max_gradient_mb"});
+  model::EmulationSpec& s = w->emulate;
+  // The choices are core/model/emulation.cc's profiles (a test keeps the two lists equal).
+  s.model = e.requiredOneOf("model", {"resnet50", "vgg16", "bert-base", "gpt2-small"});
+  s.accelerator = e.requiredOneOf("accelerator", {"v100", "a100", "h100"});
+  s.network_gbps = e.required<double>("network_gbps", Range::closed(0.001, 10000));
+  s.batch_per_worker = e.optional<int>("batch_per_worker", 0, Range::closed(1, 1 << 16));
+  s.max_gradient_mb = e.optional<double>("max_gradient_mb", s.max_gradient_mb, Range::closed(1, 4096));
+}
+
 void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   ConfigNode n = root.child("training");
   n.checkKeys({"batch_per_worker", "learning_rate", "momentum", "weight_decay", "seed", "target_accuracy",
@@ -403,8 +418,8 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
     root.error("expected a map (apiVersion, kind, metadata, ...), got " + root.describe());
     return std::nullopt;
   }
-  root.checkKeys({"apiVersion", "kind", "metadata", "seed", "cluster", "model", "data", "training", "strategies",
-                  "chaos", "metrics", "output", "sweep"});
+  root.checkKeys({"apiVersion", "kind", "metadata", "seed", "cluster", "model", "workload", "data", "training",
+                  "strategies", "chaos", "metrics", "output", "sweep"});
   ExperimentSpec spec;
   spec.api_version = root.required<std::string>("apiVersion");
   if (root.child("apiVersion").isScalar() && spec.api_version != kApiVersion)
@@ -418,6 +433,7 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
   parseCluster(root, &spec.cluster);
   parseData(root, file, &spec.data);
   parseModel(root, spec.data, &spec.model);
+  parseWorkload(root, &spec.workload);
   parseTraining(root, spec.seed, &spec.training);
   parseStrategies(root, spec.cluster, spec.training, &spec.strategies);
 
@@ -586,6 +602,18 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
     e << YAML::EndSeq;
   }
   e << YAML::EndMap;
+
+  if (spec.workload.emulate.enabled()) {
+    const model::EmulationSpec& em = spec.workload.emulate;
+    e << YAML::Key << "workload" << YAML::Value << YAML::BeginMap << YAML::Key << "emulate" << YAML::Value
+      << YAML::BeginMap;
+    emitPlain(e, "model", em.model);
+    emitPlain(e, "accelerator", em.accelerator);
+    emitDouble(e, "network_gbps", em.network_gbps);
+    if (em.batch_per_worker > 0) emitInt(e, "batch_per_worker", em.batch_per_worker);
+    emitDouble(e, "max_gradient_mb", em.max_gradient_mb);
+    e << YAML::EndMap << YAML::EndMap;
+  }
 
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   emitPlain(e, "dataset", name(spec.data.dataset));

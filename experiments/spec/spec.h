@@ -40,6 +40,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/model/emulation.h"
 #include "chaos/spec.h"
 #include "core/config/config.h"
 #include "transports/status.h"
@@ -204,6 +205,13 @@ struct SweepPoint {
   bool operator==(const SweepPoint&) const = default;
 };
 
+// workload.emulate: the small real model behaves on the wire and the clock like a named large one
+// (core/model/emulation.h). Disabled (emulate.model empty) unless given.
+struct WorkloadSpec {
+  model::EmulationSpec emulate;
+  bool operator==(const WorkloadSpec&) const = default;
+};
+
 struct ExperimentSpec {
   std::string api_version = kApiVersion;
   std::string kind = kKind;
@@ -211,6 +219,7 @@ struct ExperimentSpec {
   int64_t seed = 1;
   ClusterSpec cluster;
   ModelSpec model;
+  WorkloadSpec workload;
   DataSpec data;
   TrainingSpec training;
   std::vector<StrategySpec> strategies;

@@ -424,6 +424,55 @@ strategies:
   }
 }
 
+// workload.emulate: every node carries the emulated gradient (padded), each worker calibrates its compute
+// and then stretches every step to it, and summary.json says what was emulated and the ratio next to its
+// target (the target is recomputed here from the public figures, not read back from the code).
+TEST(RunExperiment, AnEmulatedModelIsCarriedAndTimedLikeTheRealOne) {
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-emulate", R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: emulate}
+seed: 3
+cluster: {workers: 2, servers: 1}
+data: {dataset: synthetic, samples: 4096}
+workload: {emulate: {model: resnet50, accelerator: v100, network_gbps: 10, batch_per_worker: 64, max_gradient_mb: 4}}
+training: {batch_per_worker: 32, target_accuracy: 0.999, time_limit_s: 8, eval_interval_s: 1, sustained_evals: 100}
+strategies:
+  - {name: mirrored}
+  - {name: parameter_server}
+)", &r));
+  const auto& e = r.summary["emulation"];
+  ASSERT_TRUE(e.is_object()) << r.summary.dump(2);
+  EXPECT_NE(e["note"].get<std::string>().find("accuracy is the small real model's"), std::string::npos);
+  EXPECT_DOUBLE_EQ(e["padded_gradient_mb"].get<double>(), 4.0);
+  const double bytes = 25.557e6 * 4, compute = 64 * 4.09e9 * 2 * 3 / (125e12 * 0.25);
+  const std::map<std::string, double> target = {{"mirrored", 2 * 0.5 * bytes * 8 / 10e9 / compute},
+                                                {"parameter_server", 2 * bytes * 8 / 10e9 / compute}};
+  for (const auto& [label, ratio] : target) {
+    SCOPED_TRACE(label);
+    const auto& s = r.summary["strategies"][label];
+    EXPECT_NEAR(s["comm_compute_ratio"]["target"].get<double>(), ratio, 1e-9);
+    EXPECT_GT(s["comm_compute_ratio"]["measured"].get<double>(), 0.0);
+    // Both workers calibrated; after that, every step's compute lasted at least the calibrated time (the
+    // 31 steps of calibration and start-up ran at the small model's own speed).
+    double shortest = 1e9;
+    for (const char* node : {"worker-0", "worker-1"}) {
+      const auto ev = r.find(label, "emulation_calibrated", node);
+      ASSERT_TRUE(ev.is_object()) << node << " never calibrated";
+      EXPECT_NEAR(ev["target_ratio"].get<double>(), ratio, 1e-9);
+      shortest = std::min(shortest, ev["compute_seconds"].get<double>());
+    }
+    EXPECT_GT(shortest, 0.0);
+    const int64_t steps = s["steps"].get<int64_t>();
+    EXPECT_GE(s["compute_seconds"].get<double>(), 0.99 * double(std::max<int64_t>(0, steps - 2 * 31)) * shortest);
+    // Workers, servers and the evaluator agree on the padded size: the evaluator rejects a snapshot of any
+    // other size, and without evaluations there is no accuracy.
+    EXPECT_GT(s["final_accuracy"].get<double>(), 0.3);
+    const auto config = nlohmann::json::parse(readFile(r.dir + "/" + label + "/node-config.json"));
+    EXPECT_EQ(config["training"]["emulate"]["model"], "resnet50");
+  }
+}
+
 // Transport faults from a spec (transport_error): a connection reset that no process death explains is
 // recovered from as a collective failure (mirrored) or by reconnecting (PS), and an injected I/O error on a
 // send kills only the process it was injected into: the replacement starts with a sound transport.

@@ -149,6 +149,11 @@ const BadSpec kBadSpecs[] = {
     {"an unknown model kind",
      spec(kCluster, kData, kStrategies, "model: {kind: vgg16}\n"),
      {"t.yaml:9:15: model.kind: 'vgg16' is not one of: mlp, cnn, resnet"}},
+    {"an unknown emulated model, and no network",
+     spec(kCluster, kData, kStrategies, "workload: {emulate: {model: resnet-50, accelerator: v100}}\n"),
+     {"t.yaml:9:29: workload.emulate.model: 'resnet-50' is not one of: resnet50, vgg16, bert-base, gpt2-small "
+      "(did you mean 'resnet50'?)",
+      "t.yaml:9:21: workload.emulate.network_gbps: missing required field"}},
     {"max_staleness must be null or >= 0",
      spec(kCluster, kData, "strategies:\n  - {name: parameter_server, max_staleness: -1}\n"),
      {"t.yaml:7:45: strategies[0].max_staleness: must be >= 0, got -1"}},
@@ -318,6 +323,30 @@ TEST(SpecValidation, RelativeDataPathIsAnchoredAtTheSpec) {
   ASSERT_TRUE(s.has_value()) << d.toString();
   EXPECT_EQ(s->data.path, "/srv/data/mnist");
   EXPECT_EQ(s->model.layers, (std::vector<int>{784, 256, 128, 10}));
+}
+
+TEST(SpecValidation, EveryEmulationProfileIsAcceptedAndEmittedBack) {
+  // The spec's choices are listed by hand (ConfigNode::oneOf takes literals); this keeps them equal to the
+  // profiles core/model/emulation.cc knows.
+  for (const std::string& m : model::modelProfileNames()) {
+    for (const std::string& a : model::acceleratorProfileNames()) {
+      SCOPED_TRACE(m + " on " + a);
+      config::Diagnostics d;
+      auto s = parseExperimentSpec(YAML::Load(spec(kCluster, kData, kStrategies,
+                                                   "workload: {emulate: {model: " + m + ", accelerator: " + a +
+                                                       ", network_gbps: 25}}\n")),
+                                   "t.yaml", &d);
+      ASSERT_TRUE(s.has_value()) << d.toString();
+      EXPECT_EQ(s->workload.emulate.model, m);
+      EXPECT_EQ(s->workload.emulate.network_gbps, 25);
+      config::Diagnostics d2;
+      auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
+      ASSERT_TRUE(again.has_value()) << d2.toString();
+      EXPECT_EQ(again->workload, s->workload);
+    }
+  }
+  EXPECT_EQ(model::modelProfileNames().size(), 4u);
+  EXPECT_EQ(model::acceleratorProfileNames().size(), 3u);
 }
 
 TEST(SpecValidation, AConvolutionalNetTakesTheImagesAsTheyAre) {
