@@ -138,9 +138,10 @@ void EmulatedAccelerator::afterCompute(SteadyClock::time_point compute_started) 
   const double wait = compute_->waitSeconds(elapsed, transfer);
   if (compute_->computeSeconds() && !reported_) {
     reported_ = true;
-    (void)ctx_->control.event("emulation_calibrated", {{"compute_seconds", *compute_->computeSeconds()},
+    const double compute = *compute_->computeSeconds();
+    (void)ctx_->control.event("emulation_calibrated", {{"compute_seconds", compute},
                                                          {"target_ratio", target_ratio_},
-                                                         {"transfer_seconds", *compute_->computeSeconds() * target_ratio_}});
+                                                         {"transfer_seconds", compute * target_ratio_}});
   }
   if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
 }
