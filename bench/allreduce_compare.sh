@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Compares `chaosbed bench allreduce` with Open MPI's MPI_Allreduce (default path and --mca pml ucx) and
 # Gloo's ring all-reduce over TCP, all with the same number of ranks as processes on this machine, float32
-# sum, timed the same way (warm-up, then the slowest rank's per-iteration mean). Prints busbw
-# (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 1 MiB and 16 MiB for each and chaosbed's ratios to them, against
-# the targets: chaosbed >= Open MPI (best of both paths) and >= 5x Gloo at both sizes.
+# sum, timed the same way (warm-up, then the slowest rank's per-iteration mean). Runs ROUNDS rounds (default
+# 3), each chaosbed, Open MPI (both paths) and Gloo one after the other, and prints the medians of busbw
+# (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 64 KiB, 1 MiB and 16 MiB for each, chaosbed's ratios to them (the
+# median of the per-round ratios) against the targets: chaosbed >= Open MPI (best of both paths) and >= 5x
+# Gloo at every size; and the load at the start and the end. Refuses to start above 0.5 load per core.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
-# Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS]   (defaults: build/chaosbed, 4)
+# Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 3)
 # Exit: 0 when the targets are met, 1 when one is missed, 2 when a tool is missing or fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=${1:-build/chaosbed}
 ranks=${2:-4}
+rounds=${3:-3}
 [ -x "$bin" ] || { echo "allreduce_compare: $bin is not an executable (build it first, or pass its path)" >&2; exit 2; }
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -36,47 +39,63 @@ mpicc -O3 -o "$out/mpi_allreduce" bench/peers/mpi_allreduce.c ||
 g++ -O3 -std=c++17 -o "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc -lgloo -lpthread ||
   { echo "allreduce_compare: building the Gloo peer failed" >&2; exit 2; }
 
-sizes="1048576 16777216"
-echo "ranks: $ranks  load: $(cut -d' ' -f1-3 /proc/loadavg)  UCX_TLS=${UCX_TLS:-<unset: all>}"
-
-chaosbed_json=$("$bin" bench allreduce --ranks "$ranks" --json --bench_allreduce_max_bytes 16777216 2>/dev/null) ||
-  { echo "allreduce_compare: $bin bench allreduce failed" >&2; exit 2; }
-mpirun_args=(--allow-run-as-root --oversubscribe -np "$ranks")
-mpi_default=$(mpirun "${mpirun_args[@]}" "$out/mpi_allreduce" $sizes 2>/dev/null) ||
-  { echo "allreduce_compare: mpirun (default) failed" >&2; exit 2; }
-# Open MPI 4.1's pml ucx only selects itself on InfiniBand devices unless told to take any transport.
-mpi_ucx=$(mpirun "${mpirun_args[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
-  "$out/mpi_allreduce" $sizes 2>/dev/null) ||
-  { echo "allreduce_compare: mpirun --mca pml ucx failed" >&2; exit 2; }
+sizes="65536 1048576 16777216"
+load_start=$(cut -d' ' -f1 /proc/loadavg)
+if awk -v l="$load_start" -v c="$(nproc)" 'BEGIN { exit !(l > 0.5 * c) }'; then
+  echo "allreduce_compare: load $load_start on $(nproc) cores is above 0.5 per core; refusing to measure" >&2
+  exit 2
+fi
+echo "ranks: $ranks  rounds: $rounds  load at start: $(cut -d' ' -f1-3 /proc/loadavg)  UCX_TLS=${UCX_TLS:-<unset: all>}"
 
 store=$(mktemp -d)
-trap 'rm -rf "$store"' EXIT
-pids=()
-for ((r = 1; r < ranks; r++)); do
-  timeout 300 "$out/gloo_allreduce" "$r" "$ranks" "$store" $sizes >/dev/null &
-  pids+=($!)
+raw=$(mktemp)
+trap 'rm -rf "$store" "$raw"' EXIT
+mpirun_args=(--allow-run-as-root --oversubscribe -np "$ranks")
+for ((round = 1; round <= rounds; ++round)); do
+  chaosbed_json=$("$bin" bench allreduce --ranks "$ranks" --json --bench_allreduce_max_bytes 16777216 2>/dev/null) ||
+    { echo "allreduce_compare: $bin bench allreduce failed" >&2; exit 2; }
+  mpi_default=$(mpirun "${mpirun_args[@]}" "$out/mpi_allreduce" $sizes 2>/dev/null) ||
+    { echo "allreduce_compare: mpirun (default) failed" >&2; exit 2; }
+  # Open MPI 4.1's pml ucx only selects itself on InfiniBand devices unless told to take any transport.
+  mpi_ucx=$(mpirun "${mpirun_args[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+    "$out/mpi_allreduce" $sizes 2>/dev/null) ||
+    { echo "allreduce_compare: mpirun --mca pml ucx failed" >&2; exit 2; }
+  rm -rf "${store:?}"/*
+  pids=()
+  for ((r = 1; r < ranks; r++)); do
+    timeout 300 "$out/gloo_allreduce" "$r" "$ranks" "$store" $sizes >/dev/null &
+    pids+=($!)
+  done
+  gloo=$(timeout 300 "$out/gloo_allreduce" 0 "$ranks" "$store" $sizes) ||
+    { echo "allreduce_compare: gloo_allreduce failed" >&2; kill "${pids[@]}" 2>/dev/null; exit 2; }
+  wait "${pids[@]}" || { echo "allreduce_compare: a gloo_allreduce rank failed" >&2; exit 2; }
+  # One JSON line per round: every peer's text, for the summary below.
+  "$py" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$chaosbed_json" "$mpi_default" "$mpi_ucx" "$gloo" >>"$raw"
 done
-gloo=$(timeout 300 "$out/gloo_allreduce" 0 "$ranks" "$store" $sizes) ||
-  { echo "allreduce_compare: gloo_allreduce failed" >&2; kill "${pids[@]}" 2>/dev/null; exit 2; }
-wait "${pids[@]}" || { echo "allreduce_compare: a gloo_allreduce rank failed" >&2; exit 2; }
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-"$py" - "$ranks" "$chaosbed_json" "$mpi_default" "$mpi_ucx" "$gloo" <<'PY'
-import json, sys
+"$py" - "$ranks" "$raw" "$load_end" <<'PY'
+import json, statistics, sys
 n = int(sys.argv[1])
 factor = 2 * (n - 1) / n
 def busbw(bytes_, time_us): return bytes_ / (time_us * 1e-6) / 1e9 * factor
 def peer(text): return {int(b): busbw(int(b), float(t)) for b, t in (l.split() for l in text.strip().splitlines())}
-chaosbed = {r["bytes"]: r["busbw_gbps"] for r in map(json.loads, sys.argv[2].strip().splitlines())}
-mpi, mpi_ucx, gloo = peer(sys.argv[3]), peer(sys.argv[4]), peer(sys.argv[5])
+rounds = []
+for line in open(sys.argv[2]):
+    ours, mpi, mpi_ucx, gloo = json.loads(line)
+    rounds.append(({r["bytes"]: r["busbw_gbps"] for r in map(json.loads, ours.strip().splitlines())},
+                   peer(mpi), peer(mpi_ucx), peer(gloo)))
 ok = True
-print(f"{'size':>8} {'chaosbed':>9} {'ompi':>9} {'ompi+ucx':>9} {'gloo':>9}   busbw GB/s   ratios")
-for b in (1 << 20, 16 << 20):
-    c, m, mu, g = chaosbed[b], mpi[b], mpi_ucx[b], gloo[b]
-    best = max(m, mu)
-    r_mpi, r_gloo = c / best, c / g
+print(f"{'size':>8} {'chaosbed':>9} {'ompi':>9} {'ompi+ucx':>9} {'gloo':>9}   busbw GB/s, medians of {len(rounds)} rounds   ratios (medians)")
+for b in (64 << 10, 1 << 20, 16 << 20):
+    med = [statistics.median(r[i][b] for r in rounds) for i in range(4)]
+    r_mpi = statistics.median(r[0][b] / max(r[1][b], r[2][b]) for r in rounds)
+    r_gloo = statistics.median(r[0][b] / r[3][b] for r in rounds)
     ok &= r_mpi >= 1.0 and r_gloo >= 5.0
-    print(f"{b >> 20:>5} MiB {c:9.3f} {m:9.3f} {mu:9.3f} {g:9.3f}   "
+    label = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    print(f"{label:>8} {med[0]:9.3f} {med[1]:9.3f} {med[2]:9.3f} {med[3]:9.3f}   "
           f"chaosbed/best-ompi {r_mpi:.2f} (>= 1.00)  chaosbed/gloo {r_gloo:.2f} (>= 5.00)")
+print(f"load at end: {sys.argv[3]}")
 print("targets: " + ("met" if ok else "MISSED"))
 sys.exit(0 if ok else 1)
 PY
