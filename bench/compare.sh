@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Training-step throughput against PyTorch, interleaved: for each model (mlp, cnn, resnet) it runs
-# `chaosbed bench train --model M --json` and bench/torch_train.py --model M (same shape, batch 64, one thread,
-# SGD with momentum) one after the other, PAIRS times (ours, peer, ours, peer, ...), and prints a table of
-# the medians and the median of the per-pair ratios, with the load at the start and at the end.
-# It refuses to start when the 1-minute load is above 0.5 per core: a figure taken under load is not a result.
-# The all-reduce and p2p peers have their own scripts (bench/allreduce_compare.sh, bench/p2p_vs_perftest.sh),
-# not folded in here yet.
+# Every peer comparison, interleaved, medians of PAIRS pairs, each section started on a quiet machine:
+# 1. the training step against PyTorch: for each model (mlp, cnn, resnet) `chaosbed bench train --model M`
+#    and bench/torch_train.py --model M (same shape, batch 64, one thread, SGD with momentum), one after the
+#    other, PAIRS times (ours, peer, ours, peer, ...); a table of the medians and the median per-pair ratio;
+# 2. all-reduce against Open MPI and Gloo at 64 KiB, 1 MiB, 16 MiB on 4 ranks (bench/allreduce_compare.sh);
+# 3. point to point against ucx_perftest (bench/p2p_vs_perftest.sh).
+# It refuses to start when the 1-minute load is above 0.5 per core (a figure taken under load is not a
+# result), and before each later section waits up to 5 minutes for the load of the previous one to decay.
 # Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed)
-# Exit: 0 when every model is at or above 1.0x PyTorch, 1 when one is below, 2 refused, 4 a tool is missing.
+# Exit: 0 when every target is met, 1 when one is missed, 2 refused, 4 a tool is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-3}
@@ -28,6 +29,19 @@ if awk -v l="$load_start" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
   exit 2
 fi
 
+# Waits until the 1-minute load is at most 0.5 per core, at most 300 s; false if it never is.
+wait_quiet() {
+  local waited=0
+  while awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; do
+    [ "$waited" -ge 300 ] && return 1
+    sleep 5
+    waited=$((waited + 5))
+  done
+  echo "(load $(cut -d' ' -f1 /proc/loadavg) after waiting ${waited} s)"
+}
+
+status=0
+echo "== training step against PyTorch"
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for ((p = 1; p <= pairs; ++p)); do
@@ -40,7 +54,7 @@ for ((p = 1; p <= pairs; ++p)); do
 done
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
-"$python" - "$raw" "$load_start" "$load_end" "$cores" <<'PY'
+"$python" - "$raw" "$load_start" "$load_end" "$cores" <<'PY' || status=1
 import json, statistics, sys
 path, load_start, load_end, cores = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = {}
@@ -66,3 +80,11 @@ for model, pairs in rows.items():
 print("target: >= 1.0x PyTorch for every model:", "met" if ok else "MISSED")
 sys.exit(0 if ok else 1)
 PY
+
+echo "== all-reduce against Open MPI and Gloo"
+if wait_quiet; then bench/allreduce_compare.sh "$chaosbed" 4 "$pairs" || status=1
+else echo "compare: the load stayed above 0.5 per core; all-reduce not measured" >&2; status=2; fi
+echo "== point to point against ucx_perftest"
+if wait_quiet; then bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || status=1
+else echo "compare: the load stayed above 0.5 per core; p2p not measured" >&2; status=2; fi
+exit "$status"
