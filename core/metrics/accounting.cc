@@ -314,6 +314,11 @@ void Accounting::finish() {
   finished_ = now;
 }
 
+double Accounting::seconds(TimeCategory category) const {
+  MutexLock lock(mu_);
+  return stats_.seconds[size_t(category)];
+}
+
 NodeStats Accounting::snapshot() const {
   MutexLock lock(mu_);
   NodeStats s = stats_;

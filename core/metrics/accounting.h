@@ -140,6 +140,9 @@ class Accounting {
   void recovery(double seconds);
   void checkpoint(bool ok);
   NodeStats snapshot() const;
+  // One category's booked seconds so far: cheap enough for every step (snapshot() copies the histograms and
+  // reads the process's peak RSS from /proc).
+  double seconds(TimeCategory category) const;
 
   // Measures a scope: `{ Accounting::Timer t(acct, TimeCategory::kCompute); ... }`.
   class Timer {

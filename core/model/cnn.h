@@ -11,8 +11,8 @@
 // (C*k*k) x (B*H*W) matrix small enough to stay in L2, and the weights (Cout x C*k*k) multiply it; backward
 // builds the block's columns again and runs two more GEMMs (the weights' gradient, and the columns' gradient
 // folded back by col2im). A one-channel image batch is already in that layout, so the input is never
-// transposed. Batches are processed in chunks of at most 64 samples, which bounds the workspace (about 7 MB
-// for kLeNet) whatever the batch; the gradient is the same.
+// transposed. Batches are processed in chunks of at most 64 samples, which bounds the workspace whatever the
+// batch (about 7 MB for kLeNet, by its buffer sizes); the gradient is the same.
 //
 // Parameter layout (see core/model/model.h for the contract): layer by layer, each layer's weights (row-major
 // Cout x Cin x k x k, as PyTorch's nn.Conv2d; out x in for linear layers) and then its biases.

@@ -134,7 +134,7 @@ Result<EmulatedAccelerator> EmulatedAccelerator::create(NodeContext& ctx, size_t
 void EmulatedAccelerator::afterCompute(SteadyClock::time_point compute_started) {
   if (!compute_) return;
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - compute_started).count();
-  const double transfer = ctx_->accounting.snapshot().seconds[size_t(TimeCategory::kTransfer)];
+  const double transfer = ctx_->accounting.seconds(TimeCategory::kTransfer);
   const double wait = compute_->waitSeconds(elapsed, transfer);
   if (compute_->computeSeconds() && !reported_) {
     reported_ = true;

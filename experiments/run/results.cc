@@ -162,10 +162,12 @@ std::string comparisonTable(const std::vector<StrategyResult>& results, double t
 nlohmann::json emulationJson(const spec::ExperimentSpec& spec) {
   const model::EmulationSpec& e = spec.workload.emulate;
   if (!e.enabled()) return nullptr;
-  std::vector<size_t> layers(spec.model.layers.begin(), spec.model.layers.end());
-  auto kind = model::parseKind(spec.model.kind);
-  auto small = kind.isOk() ? model::create(*kind, layers, 1) : Result<std::unique_ptr<model::Model>>(kind.status());
-  auto plan = model::planEmulation(e, small.isOk() ? (*small)->numParameters() : 0);
+  // The padding never shrinks the small model: its own size takes part in the padded one.
+  size_t small = 0;
+  const std::vector<size_t> layers(spec.model.layers.begin(), spec.model.layers.end());
+  if (auto kind = model::parseKind(spec.model.kind); kind.isOk())
+    if (auto m = model::create(*kind, layers, 1); m.isOk()) small = (*m)->numParameters();
+  auto plan = model::planEmulation(e, small);
   if (!plan.isOk()) return {{"error", plan.status().toString()}};  // validated before: not expected
   const int n = spec.cluster.workers;
   return {{"model", e.model},

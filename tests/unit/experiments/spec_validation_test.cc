@@ -31,6 +31,14 @@ const char* const kCluster = "cluster: {workers: 4, servers: 1}\n";             
 const char* const kData = "data: {dataset: synthetic, dims: 8, classes: 3}\n";      // 5
 const char* const kStrategies = "strategies:\n  - name: mirrored\n  - name: parameter_server\n";  // 6-8
 
+// The spec as a results directory's spec.yaml holds it, parsed back; nullopt (and a failure) if it does not parse.
+std::optional<ExperimentSpec> reparsed(const ExperimentSpec& s) {
+  config::Diagnostics d;
+  auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(s)), "t.yaml", &d);
+  EXPECT_TRUE(again.has_value()) << d.toString();
+  return again;
+}
+
 struct BadSpec {
   const char* what;
   std::string text;
@@ -308,9 +316,8 @@ TEST(SpecValidation, MetricsBeyondLoopbackNeedAllowRemote) {
   ASSERT_TRUE(s.has_value()) << d.toString();
   EXPECT_TRUE(s->metrics.allow_remote);
   // The resolved spec keeps the permission: it reads back equal.
-  config::Diagnostics d2;
-  auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
-  ASSERT_TRUE(again.has_value()) << d2.toString();
+  auto again = reparsed(*s);
+  ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->metrics, s->metrics);
   EXPECT_NE(diagnose(spec(kCluster, kData, kStrategies, "metrics: {allow_remote: please}\n")), std::vector<std::string>{});
 }
@@ -339,9 +346,8 @@ TEST(SpecValidation, EveryEmulationProfileIsAcceptedAndEmittedBack) {
       ASSERT_TRUE(s.has_value()) << d.toString();
       EXPECT_EQ(s->workload.emulate.model, m);
       EXPECT_EQ(s->workload.emulate.network_gbps, 25);
-      config::Diagnostics d2;
-      auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
-      ASSERT_TRUE(again.has_value()) << d2.toString();
+      auto again = reparsed(*s);
+      ASSERT_TRUE(again.has_value());
       EXPECT_EQ(again->workload, s->workload);
     }
   }
@@ -358,9 +364,8 @@ TEST(SpecValidation, AConvolutionalNetTakesTheImagesAsTheyAre) {
   EXPECT_EQ(s->model.kind, "cnn");
   EXPECT_EQ(s->model.layers, (std::vector<int>{784, 10}));
   // The emitted spec (results' spec.yaml) parses back to the same model.
-  config::Diagnostics d2;
-  auto again = parseExperimentSpec(YAML::Load(emitExperimentSpec(*s)), "t.yaml", &d2);
-  ASSERT_TRUE(again.has_value()) << d2.toString();
+  auto again = reparsed(*s);
+  ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->model, s->model);
 }
 
