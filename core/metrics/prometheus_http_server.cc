@@ -10,13 +10,17 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <charconv>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -94,6 +98,8 @@ class HttpMetricsServer::Impl {
     std::string in;            // the request head so far
     std::string out;           // the response
     uint64_t render_seq = 0;   // of a 200 response to path_ (0: any other answer)
+    Clock::time_point accepted_at;
+    std::optional<double> scrape_timeout_s;  // what the scraper said it waits (X-Prometheus-Scrape-Timeout-Seconds)
     size_t sent = 0;
     bool done = false;         // to be closed at the end of this iteration
   };
@@ -168,7 +174,8 @@ class HttpMetricsServer::Impl {
         }
         Conn c;
         c.fd = fd;
-        c.deadline = Clock::now() + options_.head_timeout;
+        c.accepted_at = Clock::now();
+        c.deadline = c.accepted_at + options_.head_timeout;
         conns_.push_back(std::move(c));
         continue;
       }
@@ -221,6 +228,7 @@ class HttpMetricsServer::Impl {
       return;
     }
     c.out = answer(c.in, &c.render_seq);
+    c.scrape_timeout_s = scrapeTimeout(c.in);
     c.in.clear();
     c.in.shrink_to_fit();
     c.writing = true;
@@ -266,11 +274,32 @@ class HttpMetricsServer::Impl {
     }
     ::shutdown(c.fd, SHUT_WR);
     c.done = true;
-    if (c.render_seq > 0) {
-      MutexLock lock(served_mu_);
-      served_seq_ = std::max(served_seq_, c.render_seq);
-      served_cv_.notify_all();
+    if (c.render_seq == 0) return;
+    // A scraper that gave up before the last byte keeps nothing of this response: it was not seen. (Its clock
+    // started before our accept, so a response just inside the limit may still be late for it; one outside is
+    // surely lost.)
+    const double took = std::chrono::duration<double>(Clock::now() - c.accepted_at).count();
+    if (c.scrape_timeout_s && took > *c.scrape_timeout_s) {
+      LOG(WARNING) << "metrics server " << address_ << ": a scrape took " << took << " s, past the scraper's "
+                   << *c.scrape_timeout_s << " s timeout: it was lost (raise its scrape_timeout)";
+      return;
     }
+    MutexLock lock(served_mu_);
+    served_seq_ = std::max(served_seq_, c.render_seq);
+    served_cv_.notify_all();
+  }
+
+  // The X-Prometheus-Scrape-Timeout-Seconds of a request head, when it holds a positive number.
+  static std::optional<double> scrapeTimeout(const std::string& head) {
+    static constexpr std::string_view kName = "\r\nx-prometheus-scrape-timeout-seconds:";
+    const auto it = std::search(head.begin(), head.end(), kName.begin(), kName.end(),
+                                [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+    if (it == head.end()) return std::nullopt;
+    const char* value = head.c_str() + (it - head.begin()) + kName.size();
+    char* end = nullptr;
+    const double seconds = std::strtod(value, &end);
+    if (end == value || !std::isfinite(seconds) || seconds <= 0) return std::nullopt;
+    return seconds;
   }
 
  public:

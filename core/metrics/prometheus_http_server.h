@@ -66,7 +66,9 @@ class HttpMetricsServer {
 
   // Blocks until a 200 response to `path` whose render() began after this call has been written out in
   // full, or until the deadline; true if one was. A run uses it to know that a scraper has seen a state
-  // (its series at zero before training, its final values before it exits).
+  // (its series at zero before training, its final values before it exits). A response finished later
+  // after its accept than the scraper's announced timeout (Prometheus's X-Prometheus-Scrape-Timeout-Seconds)
+  // does not count: that scraper has already dropped it.
   bool awaitServed(std::chrono::steady_clock::time_point deadline);
   // Seconds between the last two such responses' renders, once there were two (the scraper's interval).
   std::optional<double> servedInterval() const;

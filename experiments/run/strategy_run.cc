@@ -425,10 +425,11 @@ namespace chaosbed::run {
 using detail::Supervisor;
 
 bool awaitScrape(MetricsExporter& metrics, const std::string& what) {
-  // A scraper whose interval is known comes within about one interval; one not seen yet gets the limit.
+  // A scraper whose interval is known comes within about one interval, but a scrape that outlasts its timeout
+  // does not count (the scraper dropped it): allow a few. One not seen yet gets the limit.
   auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(kAwaitScrapeLimit));
   if (auto interval = metrics.scrapeInterval())
-    limit = std::min(limit, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(2 * *interval + 1)));
+    limit = std::min(limit, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(4 * *interval + 1)));
   LOG(INFO) << "metrics: waiting for a scrape of " << metrics.address() << " " << what;
   if (metrics.awaitScrape(deadlineIn(limit))) return true;
   LOG(WARNING) << "metrics: no scrape of " << metrics.address() << " within "

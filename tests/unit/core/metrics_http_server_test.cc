@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <span>
 #include <string>
 #include <thread>
@@ -112,6 +113,27 @@ TEST(HttpMetricsServer, AwaitServedCountsOnlyAScrapeRenderedAfterTheCall) {
   scraper.join();
   ASSERT_TRUE(server->servedInterval().has_value()) << "two scrapes were served";
   EXPECT_GT(*server->servedInterval(), 0);
+}
+
+// Prometheus drops a scrape that outlasts its scrape_timeout, so a response finished after the timeout the
+// request announced is not one the scraper has seen.
+TEST(HttpMetricsServer, AwaitServedIgnoresAResponseLaterThanTheScrapersTimeout) {
+  auto server = startServer();
+  ASSERT_TRUE(server);
+  auto waited = std::async(std::launch::async, [&] { return server->awaitServed(deadlineIn(10s)); });
+  auto scrape = [&](const std::string& timeout) {
+    FileDescriptor c = dial(server->address());
+    send(c.get(), "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Prometheus-Scrape-Timeout-Seconds: " + timeout + "\r\n\r\n");
+    const Received r = readToEof(c.get(), deadlineIn(5s));
+    EXPECT_TRUE(r.eof);
+    EXPECT_NE(r.data.find(kBody), std::string::npos);
+  };
+  // Accept, read, render and send take longer than a microsecond: the scraper has given up by then. The
+  // answer is still complete (a client that waits longer may use it), but the wait goes on.
+  scrape("0.000001");
+  EXPECT_EQ(waited.wait_for(100ms), std::future_status::timeout) << "a late response counted as seen";
+  scrape("10.000000");
+  EXPECT_TRUE(waited.get());
 }
 
 TEST(HttpMetricsServer, TwentyIdleConnectionsDoNotDelayAScrape) {
