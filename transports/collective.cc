@@ -181,7 +181,95 @@ Status runRing(Call& call, Communicator& comm, const RingPass& pass, Deadline de
   return Status::ok();
 }
 
+// One exchange of the recursive algorithms: sends data[send_off, +send_len) to `partner` and receives its
+// data[recv_off, +recv_len) (the partner's send region is this member's receive region, so the lengths agree
+// when the buffers do), either adding it into the buffer (`reduce`, once this member's own send is out: the
+// regions may be the same) or copying it there. One message each way: on shared memory a message costs far
+// more than its bytes, so cutting it into pipelined chunks was measured slower.
+Status exchange(Call& call, std::span<float> data, int partner, int step, size_t send_off, size_t send_len,
+                size_t recv_off, size_t recv_len, bool reduce, Deadline deadline) {
+  float* target = reduce ? reinterpret_cast<float*>(scratch(recv_len * sizeof(float))) : data.data() + recv_off;
+  RequestPtr* recv = recv_len == 0 ? nullptr : &call.keep(call.transport().irecv(
+      partner, call.tag(step), std::as_writable_bytes(std::span(target, recv_len))));
+  RequestPtr* send = send_len == 0 ? nullptr : &call.keep(call.transport().isend(
+      partner, call.tag(step), std::as_bytes(data.subspan(send_off, send_len))));
+  if (recv) {
+    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recv, step, partner, deadline));
+    if ((*recv)->receivedBytes() != recv_len * sizeof(float))
+      return call.annotate(Status::invalidArgument("rank " + std::to_string(partner) + " sent " +
+                                                   std::to_string((*recv)->receivedBytes()) + " bytes, expected " +
+                                                   std::to_string(recv_len * sizeof(float)) +
+                                                   " (do the members' buffers differ in size?)"),
+                           step, partner);
+    recv->reset();
+  }
+  if (send) CHAOSBED_RETURN_IF_ERROR(call.waitFor(*send, step, partner, deadline));
+  if (reduce) addInto(data.data() + recv_off, target, recv_len);
+  return Status::ok();
+}
+
+// The recursive all-reduces (collective.h) over member indexes. P = the largest power of two <= N, R = N - P.
+// Among the first 2R members each even one hands its buffer to the odd one after it (step 0) and gets the
+// result back from it at the end; the odd ones and every member from 2R on are virtual members 0..P-1.
+// - Recursive doubling: log2 P exchanges of the whole buffer with partner v ^ mask, each side adding what it
+//   receives (a + b == b + a exactly, so both sides hold the same bits).
+// - Halving-doubling: the buffer is cut into P blocks; recursive halving leaves virtual member v with the
+//   sum of block v (each partner keeps the half its bit says and sends the other), recursive doubling
+//   spreads the blocks back.
+Status recursiveAllreduce(Call& call, Communicator& comm, std::span<float> data, AllreduceAlgorithm algorithm,
+                          Deadline deadline) {
+  const int n = comm.size(), me = comm.myIndex();
+  int p = 1, rounds = 0;
+  for (; p * 2 <= n; p *= 2) ++rounds;
+  const int extra = n - p;
+  const size_t count = data.size();
+  const int last_step = 2 * rounds + 1;
+  if (me < 2 * extra && me % 2 == 0) {  // folded in: contributes, then receives the result
+    const int keeper = comm.rankAt(me + 1);
+    CHAOSBED_RETURN_IF_ERROR(exchange(call, data, keeper, 0, 0, count, 0, 0, false, deadline));
+    return exchange(call, data, keeper, last_step, 0, 0, 0, count, false, deadline);
+  }
+  if (me < 2 * extra)
+    CHAOSBED_RETURN_IF_ERROR(exchange(call, data, comm.rankAt(me - 1), 0, 0, 0, 0, count, true, deadline));
+  const int v = me < 2 * extra ? me / 2 : me - extra;
+  auto member = [&](int virtual_index) {
+    return comm.rankAt(virtual_index < extra ? 2 * virtual_index + 1 : virtual_index + extra);
+  };
+  int step = 1;
+  if (algorithm == AllreduceAlgorithm::kRecursiveDoubling) {
+    for (int mask = 1; mask < p; mask *= 2, ++step)
+      CHAOSBED_RETURN_IF_ERROR(exchange(call, data, member(v ^ mask), step, 0, count, 0, count, true, deadline));
+  } else {
+    auto offset = [&](int block) { return count * static_cast<size_t>(block) / static_cast<size_t>(p); };
+    auto length = [&](int block, int blocks) { return offset(block + blocks) - offset(block); };
+    int lo = 0, blocks = p;  // this member's blocks: [lo, lo + blocks)
+    for (int mask = p / 2; mask >= 1; mask /= 2, ++step) {
+      blocks /= 2;
+      const int keep = (v & mask) ? lo + blocks : lo, give = (v & mask) ? lo : lo + blocks;
+      CHAOSBED_RETURN_IF_ERROR(exchange(call, data, member(v ^ mask), step, offset(give), length(give, blocks),
+                                        offset(keep), length(keep, blocks), true, deadline));
+      lo = keep;
+    }
+    for (int mask = 1; mask < p; mask *= 2, ++step) {
+      const int theirs = (v & mask) ? lo - blocks : lo + blocks;
+      CHAOSBED_RETURN_IF_ERROR(exchange(call, data, member(v ^ mask), step, offset(lo), length(lo, blocks),
+                                        offset(theirs), length(theirs, blocks), false, deadline));
+      lo = std::min(lo, theirs);
+      blocks *= 2;
+    }
+  }
+  if (me < 2 * extra) return exchange(call, data, comm.rankAt(me - 1), last_step, 0, count, 0, 0, false, deadline);
+  return Status::ok();
+}
+
 }  // namespace
+
+AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options) {
+  if (options.algorithm != AllreduceAlgorithm::kAuto) return options.algorithm;
+  if (members <= 1 || bytes >= options.ring_from_bytes) return AllreduceAlgorithm::kRing;
+  return bytes < options.halving_from_bytes ? AllreduceAlgorithm::kRecursiveDoubling
+                                            : AllreduceAlgorithm::kHalvingDoubling;
+}
 
 Tag collectiveTag(uint32_t epoch, uint64_t op, uint32_t step) {
   const Tag e = epoch & ((Tag{1} << kEpochBits) - 1);
@@ -238,6 +326,8 @@ Status allreduce(Communicator& comm, std::span<float> data, Deadline deadline, c
   CHAOSBED_RETURN_IF_ERROR(checkMember(comm, "allreduce"));
   const int n = comm.size();
   if (n == 1 || data.empty()) return Status::ok();
+  if (const auto algorithm = chooseAllreduce(data.size_bytes(), n, options); algorithm != AllreduceAlgorithm::kRing)
+    return recursiveAllreduce(call, comm, data, algorithm, deadline);
   RingPass pass;
   pass.base = reinterpret_cast<std::byte*>(data.data());
   pass.elem = sizeof(float);

@@ -21,12 +21,21 @@
 //   bits 15..0  : step within the operation (ring step, barrier round)
 //
 // Algorithms
-// - allreduce: ring reduce-scatter then ring all-gather (2(N-1) steps, bus traffic 2(N-1)/N of the buffer
-//   per rank). Each of the N segments is cut into chunks of about `chunk_bytes`; chunks flow through the
-//   steps in a pipeline: a chunk is forwarded as soon as it has been received and reduced, while later
-//   chunks are in flight. Reduce-scatter receives into a small reusable scratch window and reduces into the
-//   user buffer; all-gather receives straight into the user buffer. Any size works (including sizes not
-//   divisible by N, smaller than N, and N = 1).
+// - allreduce, chosen by size as MPI libraries do (CollectiveOptions::algorithm). Every member ends with
+//   bit-identical sums: the ring and halving-doubling reduce each element in one place, and recursive
+//   doubling adds the same two operands on both sides of each exchange.
+//   - ring: ring reduce-scatter then ring all-gather (2(N-1) steps). Each of the N segments is cut into
+//     chunks of about `chunk_bytes`; chunks flow through the steps in a pipeline: a chunk is forwarded as soon
+//     as it has been received and reduced, while later chunks are in flight. Reduce-scatter receives into a
+//     small reusable scratch window and reduces into the user buffer; all-gather receives straight into the
+//     user buffer. Best for large buffers, where bandwidth rules and each step is long.
+//   - halving_doubling (Rabenseifner): reduce-scatter by recursive halving, then all-gather by recursive
+//     doubling, over the largest power of two P <= N members (2 log2 P steps, each one message each way
+//     with one partner); the other N - P members first hand their buffer to a neighbour and get the result
+//     back at the end. Fewer, larger steps: best for mid sizes, where each step's latency rules.
+//   - recursive_doubling: log2 P exchanges of the whole buffer, each side adding what it receives (same
+//     folding). The fewest steps, but each moves the whole buffer: best for small buffers.
+//   Any size works (including sizes not divisible by N, smaller than N, and N = 1).
 // - allgather: the ring all-gather half, pipelined the same way.
 // - broadcast: a pipelined chain from the root (each member forwards a chunk to the next as it arrives).
 // - barrier: dissemination barrier, ceil(log2 N) rounds of empty messages.
@@ -73,10 +82,19 @@ Result<Communicator> worldCommunicator(Transport* transport);
 Result<Communicator> rebuildCommunicator(Transport* transport, std::vector<int> survivors, uint32_t epoch,
                                          Deadline deadline);
 
+enum class AllreduceAlgorithm { kAuto, kRing, kHalvingDoubling, kRecursiveDoubling };
+
 struct CollectiveOptions {
   size_t chunk_bytes = 256 * 1024;  // pipeline unit; smaller overlaps more, larger costs fewer messages
-  int window = 4;                   // chunks received ahead of the one being reduced
+  int window = 4;                   // ring: chunks received ahead of the one being reduced
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
+  // kAuto: recursive doubling below halving_from_bytes, halving-doubling below ring_from_bytes, the ring
+  // from there on (measured with `chaosbed bench allreduce --bench_allreduce_algorithm`, docs/design.md).
+  size_t halving_from_bytes = 128 * 1024;
+  size_t ring_from_bytes = 4 * 1024 * 1024;
 };
+// The algorithm kAuto picks for a buffer of `bytes` over `members` members.
+AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options);
 
 // In-place sum over all members; on return every member holds the same sums.
 Status allreduce(Communicator& comm, std::span<float> data, Deadline deadline,

@@ -1,5 +1,5 @@
-// `chaosbed bench allreduce [--ranks N] [--json] [--bench_allreduce_max_bytes B] [--bench_allreduce_chunk_bytes C]`:
-// the ring all-reduce of transports/collective.h (float32 sum) over the UCX transport, N ranks as separate
+// `chaosbed bench allreduce [--ranks N] [--json] [--bench_allreduce_max_bytes B] [--bench_allreduce_chunk_bytes C]
+// [--bench_allreduce_algorithm auto|ring|halving_doubling|recursive_doubling]`: the all-reduce of transports/collective.h (float32 sum) over the UCX transport, N ranks as separate
 // processes on loopback (forked; the store server runs in the parent, see bench_ranks.h). Sizes go from 4 KiB to the maximum
 // (64 MiB) in powers of 4. Per size, after warm-up iterations, every rank times its iterations; the time is
 // the largest per-iteration mean over the ranks (as nccl-tests), and
@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "experiments/cli/bench_ranks.h"
@@ -25,6 +27,7 @@
 DEFINE_int32(ranks, 4, "number of ranks (processes), 2..64");
 DEFINE_uint64(bench_allreduce_max_bytes, 64ull << 20, "largest buffer in bytes (4 KiB..1 GiB)");
 DEFINE_uint64(bench_allreduce_chunk_bytes, 0, "pipeline chunk in bytes (0: the library default)");
+DEFINE_string(bench_allreduce_algorithm, "auto", "auto (by size, as training uses it), ring, halving_doubling or recursive_doubling");
 DECLARE_bool(json);
 
 namespace chaosbed::cli {
@@ -32,6 +35,14 @@ namespace {
 
 using std::chrono::seconds;
 constexpr auto kOpTimeout = seconds(60);
+
+std::optional<AllreduceAlgorithm> parseAlgorithm(const std::string& name) {
+  if (name == "auto") return AllreduceAlgorithm::kAuto;
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "halving_doubling") return AllreduceAlgorithm::kHalvingDoubling;
+  if (name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  return std::nullopt;
+}
 
 struct Row {
   size_t bytes;
@@ -83,8 +94,8 @@ Result<std::vector<Row>> measure(Communicator& comm, const std::vector<size_t>& 
 void print(const std::vector<Row>& rows, int ranks, const std::string& transport_name) {
   const double factor = 2.0 * (ranks - 1) / ranks;
   if (!FLAGS_json) {
-    std::printf("chaosbed bench allreduce: ring all-reduce, float32 sum, %d ranks in separate processes, %s\n",
-                ranks, transport_name.c_str());
+    std::printf("chaosbed bench allreduce: %s all-reduce, float32 sum, %d ranks in separate processes, %s\n",
+                FLAGS_bench_allreduce_algorithm.c_str(), ranks, transport_name.c_str());
     std::printf("%12s %12s %12s %12s\n", "bytes", "time us", "algbw GB/s", "busbw GB/s");
   }
   for (const Row& r : rows) {
@@ -120,6 +131,7 @@ int runRank(int rank, int ranks, const std::string& store_address, const Secret&
   if (!comm.isOk()) return fail(comm.status());
   CollectiveOptions options;
   if (FLAGS_bench_allreduce_chunk_bytes > 0) options.chunk_bytes = FLAGS_bench_allreduce_chunk_bytes;
+  options.algorithm = *parseAlgorithm(FLAGS_bench_allreduce_algorithm);
   auto rows = measure(*comm, sizes, options);
   if (!rows.isOk()) return fail(rows.status());
   if (rank == 0) print(*rows, ranks, (*transport)->name());
@@ -146,6 +158,11 @@ int runBenchAllreduce(int argc, char** argv) {
   if (FLAGS_bench_allreduce_max_bytes < 4096 || FLAGS_bench_allreduce_max_bytes > (size_t{1} << 30)) {
     std::fprintf(stderr, "chaosbed bench allreduce: --bench_allreduce_max_bytes=%llu: must be in 4096..2^30\n",
                  static_cast<unsigned long long>(FLAGS_bench_allreduce_max_bytes));
+    return kExitUsage;
+  }
+  if (!parseAlgorithm(FLAGS_bench_allreduce_algorithm)) {
+    std::fprintf(stderr, "chaosbed bench allreduce: --bench_allreduce_algorithm=%s: must be auto, ring, halving_doubling or recursive_doubling\n",
+                 FLAGS_bench_allreduce_algorithm.c_str());
     return kExitUsage;
   }
   const int ranks = FLAGS_ranks;

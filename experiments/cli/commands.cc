@@ -60,7 +60,7 @@ const Command kCommands[] = {
     {"bench p2p", "[--json]", "UCX transport between two processes: bandwidth and latency per message size",
      "bench_p2p_max_bytes,bench_cma,json", runBenchP2p},
     {"bench allreduce", "[--ranks N] [--json]", "ring all-reduce over UCX, N ranks as processes: time, algbw, busbw",
-     "ranks,bench_allreduce_max_bytes,bench_allreduce_chunk_bytes,bench_cma,json", runBenchAllreduce},
+     "ranks,bench_allreduce_max_bytes,bench_allreduce_chunk_bytes,bench_allreduce_algorithm,bench_cma,json", runBenchAllreduce},
     {"completion", "bash", "print the bash completion script (source it, or put it in bash-completion's directory)",
      "", runCompletion},
     {"man", "", "print the manual page (roff): chaosbed man > chaosbed.1", "", runMan},

@@ -41,6 +41,11 @@ bool UcxTransport::peerGone(int peer) const {
 void UcxTransport::closeEndpointLocked(int peer) {
   ucp_ep_h& ep = eps_[size_t(peer)];
   if (ep == nullptr) return;
+  if (!peerGone(peer)) {  // a live peer may still send to us through its side of it: keep it (retired_eps_)
+    retired_eps_.push_back(ep);
+    ep = nullptr;
+    return;
+  }
   // Always a flushing close. UCX accepts UCP_EP_CLOSE_FLAG_FORCE only for endpoints in peer error mode (1.13
   // returns UCS_ERR_INVALID_PARAM and leaves the endpoint open); ours are not (see the header). A live
   // peer still gets what the endpoint carries; toward a gone one the close never completes, and its request

@@ -83,6 +83,12 @@ Status UcxTransport::init() {
       return Status::invalidArgument("ucx: UCX_TLS=" + tls + ": " + ucsText(st));
     }
   }
+  if (!options_.rndv_thresh.empty() && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    if (ucs_status_t st = ucp_config_modify(config, "RNDV_THRESH", options_.rndv_thresh.c_str()); st != UCS_OK) {
+      ucp_config_release(config);
+      return Status::invalidArgument("ucx: RNDV_THRESH=" + options_.rndv_thresh + ": " + ucsText(st));
+    }
+  }
   bool overridden = false;
   const char* user_devices = std::getenv("UCX_NET_DEVICES");
   if (const std::string devices = netDevicesFor(options_.net_devices, user_devices, &overridden); !devices.empty()) {
@@ -222,6 +228,8 @@ void UcxTransport::shutdown() {
     ucp_request_param_t close{};
     close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     close.flags = 0;
+    eps_.insert(eps_.end(), retired_eps_.begin(), retired_eps_.end());
+    retired_eps_.clear();
     for (ucp_ep_h& ep : eps_) {
       if (ep == nullptr) continue;
       void* req = ucp_ep_close_nbx(ep, &close);

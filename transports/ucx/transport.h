@@ -85,6 +85,11 @@ struct UcxOptions {
   // are unaffected. Non-empty, it overrides a UCX_NET_DEVICES in the environment (see netDevicesFor);
   // empty leaves UCX's configuration as it is (the environment, else UCX's default: every device).
   std::string net_devices = kLoopbackNetDevices;
+  // Messages up to this size go eagerly (UCX's RNDV_THRESH; empty: UCX's own choice; a UCX_RNDV_THRESH in the
+  // environment wins). UCX's default sends a 16-64 KiB message by rendezvous, whose handshake needs both
+  // processes on a core: with 4 ranks on 2 cores that made a 64 KiB all-reduce 2-4x slower (measured with
+  // `chaosbed bench allreduce`, with and without cross-memory attach).
+  std::string rndv_thresh = "128k";
   // How long progress() polls before it sleeps on the worker's event fd.
   std::chrono::microseconds spin{200};
   // Cross-memory attach (process_vm_readv) copies a large message in one pass on one host, but UCX 1.13

@@ -182,6 +182,10 @@ class UcxTransport final : public Transport {
   std::vector<ucp_ep_h> eps_ CHAOSBED_GUARDED_BY(worker_mu_);                       // by peer; null when closed
   std::unordered_map<Op*, OpPtr> pending_ CHAOSBED_GUARDED_BY(worker_mu_);          // operations UCX holds
   std::vector<void*> closing_ CHAOSBED_GUARDED_BY(worker_mu_);                      // endpoint close requests
+  // Endpoints to live peers replaced by reconnect(), kept open until shutdown: the peer's own endpoint still
+  // names this one, and UCX answers that peer's rendezvous sends through it (closed, the receives of them
+  // were cancelled).
+  std::vector<ucp_ep_h> retired_eps_ CHAOSBED_GUARDED_BY(worker_mu_);
   std::vector<std::pair<int, Status>> deferred_fail_ CHAOSBED_GUARDED_BY(worker_mu_);  // seen in callbacks
 
   mutable Mutex state_mu_ CHAOSBED_ACQUIRED_AFTER(worker_mu_);

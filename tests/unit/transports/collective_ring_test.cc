@@ -57,23 +57,58 @@ void checkAllreduce(int ranks, size_t elements, CollectiveOptions options) {
       ASSERT_NEAR(data[static_cast<size_t>(r)][i], expected[i], 1e-5 * ranks)
           << "rank " << r << " element " << i << " of " << elements << " with " << ranks << " ranks";
   }
-  // Every rank holds bit-identical sums (the ring reduces each element in one place).
+  // Every rank holds bit-identical sums (both algorithms reduce each element in one place).
   for (int r = 1; r < ranks; ++r) EXPECT_EQ(data[static_cast<size_t>(r)], data[0]) << "rank " << r;
 }
 
+constexpr AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
+                                               AllreduceAlgorithm::kRecursiveDoubling};
+
+const char* nameOf(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kRing: return "ring";
+    case AllreduceAlgorithm::kHalvingDoubling: return "halving_doubling";
+    case AllreduceAlgorithm::kRecursiveDoubling: return "recursive_doubling";
+    default: return "auto";
+  }
+}
+
+// Every member count from 1 to 9 (powers of two, and the others that fold members in), sizes smaller than
+// the member count and not divisible by it.
 TEST(Allreduce, MatchesSerialSumForAwkwardSizes) {
-  const CollectiveOptions small_chunks{.chunk_bytes = 64, .window = 3};
-  for (int ranks : {1, 2, 3, 4, 5, 7}) {
-    for (size_t elements : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{17}, size_t{100}, size_t{1001}}) {
-      SCOPED_TRACE("ranks " + std::to_string(ranks) + " elements " + std::to_string(elements));
-      checkAllreduce(ranks, elements, small_chunks);
+  for (AllreduceAlgorithm algorithm : kAlgorithms) {
+    const CollectiveOptions small_chunks{.chunk_bytes = 64, .window = 3, .algorithm = algorithm};
+    for (int ranks = 1; ranks <= 9; ++ranks) {
+      for (size_t elements : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{17}, size_t{100}, size_t{1001}}) {
+        SCOPED_TRACE(std::string(nameOf(algorithm)) + " ranks " + std::to_string(ranks) + " elements " +
+                     std::to_string(elements));
+        checkAllreduce(ranks, elements, small_chunks);
+      }
     }
   }
 }
 
-TEST(Allreduce, LargeBufferWithDefaultChunks) { checkAllreduce(4, 1'000'003, {}); }
+TEST(Allreduce, LargeBufferWithDefaultChunks) {
+  for (AllreduceAlgorithm algorithm : kAlgorithms) {
+    SCOPED_TRACE(nameOf(algorithm));
+    checkAllreduce(4, 1'000'003, {.algorithm = algorithm});
+    checkAllreduce(6, 300'007, {.algorithm = algorithm});
+  }
+}
 
 TEST(Allreduce, SingleChunkWindow) { checkAllreduce(3, 4099, {.chunk_bytes = 1000, .window = 1}); }
+
+TEST(Allreduce, AutoChoosesByTheSizeThresholds) {
+  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .ring_from_bytes = 1 << 20};
+  EXPECT_EQ(chooseAllreduce(4 << 10, 4, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce((32 << 10) - 4, 5, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(32 << 10, 4, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(64 << 10, 4, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 3, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(1 << 20, 4, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(64 << 10, 1, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(64 << 10, 4, {.algorithm = AllreduceAlgorithm::kRing}), AllreduceAlgorithm::kRing);
+}
 
 TEST(Allreduce, EmptyBufferIsANoOp) {
   LoopbackHub hub(3);
@@ -85,12 +120,16 @@ TEST(Allreduce, EmptyBufferIsANoOp) {
   for (auto& s : statuses) EXPECT_TRUE(s.isOk()) << s.toString();
 }
 
-TEST(Allreduce, MismatchedSizesAreReportedNotHung) {
+class AllreduceByAlgorithm : public ::testing::TestWithParam<AllreduceAlgorithm> {};
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceByAlgorithm, ::testing::ValuesIn(kAlgorithms),
+                         [](const auto& info) { return std::string(nameOf(info.param)); });
+
+TEST_P(AllreduceByAlgorithm, MismatchedSizesAreReportedNotHung) {
   LoopbackHub hub(2);
   auto statuses = runRanks(hub, [&](int r, Transport& t) -> Status {
     CHAOSBED_ASSIGN_OR_RETURN(Communicator comm, worldCommunicator(&t));
     std::vector<float> v(r == 0 ? 100 : 60, 1.0f);
-    return allreduce(comm, v, deadlineIn(2s));
+    return allreduce(comm, v, deadlineIn(2s), {.algorithm = GetParam()});
   });
   EXPECT_FALSE(statuses[0].isOk() && statuses[1].isOk());
   bool named = false;
@@ -219,7 +258,7 @@ TEST(Collectives, TagsAreReservedAndDistinct) {
 }
 
 // A member dying mid-allreduce aborts every survivor, all naming it, whether or not it is their neighbour.
-TEST(Collectives, MemberDeathAbortsEverySurvivorNamingIt) {
+TEST_P(AllreduceByAlgorithm, MemberDeathAbortsEverySurvivorNamingIt) {
   const int ranks = 5, victim = 2;
   LoopbackHub hub(ranks);
   auto statuses = runRanks(hub, [&](int r, Transport& t) -> Status {
@@ -231,7 +270,7 @@ TEST(Collectives, MemberDeathAbortsEverySurvivorNamingIt) {
       return Status::cancelled("killed");
     }
     auto start = SteadyClock::now();
-    Status s = allreduce(comm, v, deadlineIn(10s), {.chunk_bytes = 4096, .window = 2});
+    Status s = allreduce(comm, v, deadlineIn(10s), {.chunk_bytes = 4096, .window = 2, .algorithm = GetParam()});
     if (SteadyClock::now() - start > 2s) return Status::internal("detection took over 2 s: " + s.toString());
     return s;
   });
@@ -245,14 +284,14 @@ TEST(Collectives, MemberDeathAbortsEverySurvivorNamingIt) {
 }
 
 // A member that never shows up trips the deadline on the others (a paused process looks like this).
-TEST(Collectives, AbsentMemberTripsTheDeadline) {
+TEST_P(AllreduceByAlgorithm, AbsentMemberTripsTheDeadline) {
   LoopbackHub hub(3);
   auto statuses = runRanks(hub, [&](int r, Transport& t) -> Status {
     if (r == 1) return Status::ok();
     CHAOSBED_ASSIGN_OR_RETURN(Communicator comm, worldCommunicator(&t));
     std::vector<float> v(1000, 1.0f);
     auto start = SteadyClock::now();
-    Status s = allreduce(comm, v, start + 100ms);
+    Status s = allreduce(comm, v, start + 100ms, {.algorithm = GetParam()});
     if (SteadyClock::now() - start > 1s) return Status::internal("deadline overshot: " + s.toString());
     return s;
   });
@@ -262,7 +301,7 @@ TEST(Collectives, AbsentMemberTripsTheDeadline) {
 
 // After a member dies the survivors rebuild with epoch+1 over the same transport and get correct sums, even
 // though the aborted call left messages behind.
-TEST(Collectives, RebuiltCommunicatorWorksOverTheSameTransport) {
+TEST_P(AllreduceByAlgorithm, RebuiltCommunicatorWorksOverTheSameTransport) {
   const int ranks = 4, victim = 3;
   LoopbackHub hub(ranks);
   auto statuses = runRanks(hub, [&](int r, Transport& t) -> Status {
@@ -272,13 +311,13 @@ TEST(Collectives, RebuiltCommunicatorWorksOverTheSameTransport) {
       hub.kill(victim);
       return Status::ok();
     }
-    Status first = allreduce(comm, v, deadlineIn(5s), {.chunk_bytes = 1024});
+    Status first = allreduce(comm, v, deadlineIn(5s), {.chunk_bytes = 1024, .algorithm = GetParam()});
     if (first.code() != StatusCode::kPeerLost || first.peer() != victim)
       return Status::internal("expected PeerLost(3), got " + first.toString());
     CHAOSBED_ASSIGN_OR_RETURN(Communicator rebuilt, rebuildCommunicator(&t, {0, 1, 2}, comm.epoch + 1, deadlineIn(5s)));
     for (int round = 0; round < 3; ++round) {
       std::vector<float> w(5001, static_cast<float>(r + round));
-      CHAOSBED_RETURN_IF_ERROR(allreduce(rebuilt, w, deadlineIn(5s), {.chunk_bytes = 1024}));
+      CHAOSBED_RETURN_IF_ERROR(allreduce(rebuilt, w, deadlineIn(5s), {.chunk_bytes = 1024, .algorithm = GetParam()}));
       const float want = static_cast<float>(0 + 1 + 2 + 3 * round);
       for (float x : w)
         if (x != want) return Status::internal("got " + std::to_string(x) + " want " + std::to_string(want));
