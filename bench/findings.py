@@ -57,8 +57,19 @@ def main():
         reader = csv.DictReader(f)
         rows = list(reader)
         header = reader.fieldnames
-    axis = header[header.index("seed") + 1:header.index("strategy")]
-    axis = axis[0] if axis else None
+    # The grid's axes (one column each); a point's label names its values, a baseline's its non-chaos ones.
+    axes = header[header.index("seed") + 1:header.index("strategy")]
+    axis = " / ".join(a.rsplit(".", 1)[-1] for a in axes) if axes else None
+
+    def label_of(r):
+        values = [r.get(a, "") for a in axes]
+        if len(axes) == 1:
+            return values[0]
+        text = ", ".join(f"{a.rsplit('.', 1)[-1]} {v}" for a, v in zip(axes, values) if v != "")
+        return text + (" (no faults)" if r.get("baseline") == "1" else "") if text else ""
+
+    def sort_key(r):
+        return tuple((0, 0.0) if r.get(a, "") == "" else (1, float(r[a])) for a in axes)
     points = [r for r in rows if r["row"] == "point"]
     summaries = [r for r in rows if r["row"] == "summary"]
     strategies = []
@@ -68,12 +79,18 @@ def main():
 
     # Recipes, kinds and provenance from the points' own summaries.
     recipes, kinds, provenance, s = {}, {}, [], {}
+    ratios = {}  # (emulated profile, strategy) -> ([measured comm/compute ratios], target)
     for path in sorted(glob.glob(os.path.join(args.sweep, "points", "*", "summary.json"))):
         s = load_json(path)  # the last one also names the experiment and its target below
         provenance.append(s.get("provenance", {}))
+        em = s.get("emulation")
         for label, st in s.get("strategies", {}).items():
             recipes.setdefault(label, st.get("recipe"))
             kinds.setdefault(label, st.get("kind"))
+            ccr = st.get("comm_compute_ratio") or {}
+            if em and isinstance(ccr.get("measured"), (int, float)):
+                profile = (em.get("model"), em.get("accelerator"), float(em.get("network_gbps", 0)))
+                ratios.setdefault((profile, label), ([], ccr.get("target")))[0].append(ccr["measured"])
     experiment = s.get("experiment", args.name)
     target = s.get("target_accuracy")
     commits = sorted({(p.get("commit", "?"), bool(p.get("dirty"))) for p in provenance})
@@ -89,12 +106,13 @@ def main():
     mirrored = [l for l in strategies if kinds.get(l) == "mirrored"]
 
     def groups():
-        seen = []
+        seen, keys = [], {}
         for r in summaries:
-            if r["group"] not in [g for g, _ in seen]:
-                seen.append((r["group"], r.get(axis, "") if axis else ""))
-        # the baseline first, then the swept values in numeric order
-        return sorted(seen, key=lambda g: (g[1] != "", float(g[1]) if g[1] not in ("", None) else 0))
+            if r["group"] not in keys:
+                keys[r["group"]] = sort_key(r)
+                seen.append((r["group"], label_of(r)))
+        # the baselines first, then the swept values in numeric order (axis by axis)
+        return sorted(seen, key=lambda g: keys[g[0]])
 
     def row(group, label):
         return next((r for r in summaries if r["group"] == group and r["strategy"] == label), None)
@@ -136,6 +154,22 @@ def main():
           f"{', '.join(faster) if faster else 'no rate'}; slower at {', '.join(slower) if slower else 'no rate'}"
           f" ({axis}).")
     w("")
+
+    if ratios:
+        w("## Communication/computation ratio of each emulated regime\n")
+        w("Workers' transfer seconds / compute seconds (summary.json `comm_compute_ratio`), mean over the runs of "
+          "each emulated profile (every run, faults or not), beside the profile's target (docs/design.md §2.7). "
+          "Accuracy is the small real model's, not the emulated model's. A ratio far below its target is "
+          "bounded by the small model's own step: the emulated compute cannot be shorter than the real one, so "
+          "such a regime runs at the highest ratio this machine reaches, not at its target.\n")
+        w("| emulated job | strategy | runs | measured ratio (mean) | target | off by |")
+        w("|---|---|---|---|---|---|")
+        for (profile, label), (measured, target) in sorted(ratios.items(), key=lambda kv: (kv[0][0][2], kv[0][1])):
+            mean = sum(measured) / len(measured)
+            off = f"{100 * (mean / target - 1):+.0f}%" if isinstance(target, (int, float)) and target else "–"
+            w(f"| {profile[0]} on {profile[1]} at {profile[2]:g} Gb/s | {label} | {len(measured)} | "
+              f"{fnum(mean)} | {fnum(target)} | {off} |")
+        w("")
 
     # TTA per strategy.
     w("## Time to accuracy per strategy\n")

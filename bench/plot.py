@@ -18,6 +18,7 @@ Exit 0 written, 2 bad input (the file and line are named), 4 matplotlib missing.
 import argparse
 import csv
 import glob
+import itertools
 import json
 import math
 import os
@@ -275,25 +276,35 @@ def plot_sweep(plt, csv_path, out_dir, formats):
     summaries = [r for r in rows if r["row"] == "summary"]
     if not summaries:
         raise BadInput(f"{csv_path}: no summary rows (an unfinished sweep? run chaosbed sweep again to resume)")
-    axis = axes_cols[0] if axes_cols else None
+    # The last axis is the x axis; with more, each value of the others is a series of its own (a line style).
+    axis = axes_cols[-1] if axes_cols else None
+    series_cols = axes_cols[:-1]
     strategies = []
     for r in summaries:
         if r["strategy"] not in strategies:
             strategies.append(r["strategy"])
+    series = sorted({tuple(r[c] for c in series_cols) for r in summaries},
+                    key=lambda t: tuple(float(v) if v != "" else 0.0 for v in t))
+    styles = ["-", "--", ":", "-."]
 
     def x_of(r):
         return field(r, axis) if axis and r[axis] != "" else None
 
+    def series_name(label, key):
+        if not series_cols:
+            return label
+        return label + " (" + ", ".join(f"{c.rsplit('.', 1)[-1]} {v}" for c, v in zip(series_cols, key)) + ")"
+
     fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for i, label in enumerate(strategies):
+    for (i, label), (j, key) in itertools.product(enumerate(strategies), enumerate(series)):
         color = STRATEGY_COLORS[i % len(STRATEGY_COLORS)]
         pts = []
         for r in summaries:
-            if r["strategy"] != label:
+            if r["strategy"] != label or tuple(r[c] for c in series_cols) != key:
                 continue
             x = x_of(r)
-            if x is None:  # the no-chaos baseline: a reference line
-                if r["tta_mean"] != "":
+            if x is None:  # the no-chaos baseline: a reference line (one figure per strategy only)
+                if r["tta_mean"] != "" and not series_cols:
                     ax.axhline(field(r, "tta_mean"), color=color, lw=0.8, ls="--",
                                gid=f"baseline-{label}")
                 continue
@@ -306,19 +317,22 @@ def plot_sweep(plt, csv_path, out_dir, formats):
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         err = [[max(0.0, p[1] - max(p[2], 0.0)) for p in pts], [max(0.0, p[3] - p[1]) for p in pts]]
-        ax.errorbar(xs, ys, yerr=err, color=color, capsize=3, lw=1.4, label=label, gid=f"tta-{label}")
+        name = series_name(label, key)
+        ax.errorbar(xs, ys, yerr=err, color=color, capsize=3, lw=1.4, ls=styles[j % len(styles)], label=name,
+                    gid=f"tta-{name}")
         for p in pts:
             ax.plot([p[0]], [p[1]], "o", color=color, mfc="white" if p[4] else color, ms=5)
     # One paired-ratio line per mirrored strategy: its rows carry PS / it (the PS's own row repeats the first).
     ps_labels = parameter_server_labels(os.path.dirname(os.path.abspath(csv_path)), strategies)
     ratio_pts = []
-    for i, label in enumerate(strategies):
+    for (i, label), (j, key) in itertools.product(enumerate(strategies), enumerate(series)):
         if label in ps_labels:
             continue
         pts = []
         for r in summaries:
             x = x_of(r)
-            if r["strategy"] != label or x is None or r.get("paired_ratio_geomean", "") == "":
+            if (r["strategy"] != label or tuple(r[c] for c in series_cols) != key or x is None
+                    or r.get("paired_ratio_geomean", "") == ""):
                 continue
             v = field(r, "paired_ratio_geomean")
             # Too few pairs for a bootstrap CI leave its bounds empty: show the point alone.
@@ -327,10 +341,11 @@ def plot_sweep(plt, csv_path, out_dir, formats):
             pts.append((x, v, lo, hi))
         pts.sort()
         if pts:
+            name = series_name(label, key)
             ax_ratio.errorbar([p[0] for p in pts], [p[1] for p in pts],
                               yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
-                              color=STRATEGY_COLORS[i % len(STRATEGY_COLORS)], capsize=3, marker="o", ms=4,
-                              label=f"PS / {label}", gid=f"paired-ratio-{label}")
+                              color=STRATEGY_COLORS[i % len(STRATEGY_COLORS)], ls=styles[j % len(styles)],
+                              capsize=3, marker="o", ms=4, label=f"PS / {name}", gid=f"paired-ratio-{name}")
         ratio_pts += pts
     ax_ratio.axhline(1.0, color="#999", lw=0.8, ls="--")
     for a in (ax, ax_ratio):
