@@ -197,17 +197,20 @@ void Controller::keepAgent() {
   std::lock_guard<std::mutex> l(mu_);
   nlohmann::json ev{{"type", spawned.isOk() ? "chaos.agent_restarted" : "chaos.agent_lost"}, {"old_pid", pid},
                     {"mono_ns", clock_->monotonicNs()}, {"wall_ns", clock_->wallNs()}};
-  if (spawned.isOk()) {
-    agent_pid_ = *spawned;
-    agent_fd_ = fd;
-    state_.agent_pid = *spawned;
-    ev["pid"] = *spawned;
-    (void)persistLocked();
-  } else {
+  if (!spawned.isOk()) {
     agent_pid_ = 0;
     ev["error"] = spawned.status().toString();
+    log(ev);
+    return;
   }
+  agent_pid_ = *spawned;
+  agent_fd_ = fd;
+  state_.agent_pid = *spawned;
+  ev["pid"] = *spawned;
+  // The event first: whoever sees the new agent in the state file (a heal, a test) and then ends this
+  // controller must find the restart recorded.
   log(ev);
+  (void)persistLocked();
 }
 
 void Controller::notify(const std::string& node, int64_t step, int64_t epoch, bool for_any) {
