@@ -49,6 +49,16 @@ Result<bool> MemoryStore::contains(const std::string& key) {
   return data_->map.count(key) > 0;
 }
 
+Result<std::vector<std::optional<std::string>>> MemoryStore::peek(const std::vector<std::string>& keys) {
+  std::lock_guard lock(data_->mu);
+  std::vector<std::optional<std::string>> values;
+  for (const std::string& key : keys) {
+    auto it = data_->map.find(key);
+    values.push_back(it == data_->map.end() ? std::nullopt : std::optional<std::string>(it->second));
+  }
+  return values;
+}
+
 Result<int64_t> MemoryStore::append(const std::string& key, const std::string& value) {
   std::lock_guard lock(data_->mu);
   auto& list = data_->lists[key];

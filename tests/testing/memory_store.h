@@ -24,6 +24,7 @@ class MemoryStore : public Store {
   Result<std::string> get(const std::string& key, Deadline deadline) override;
   Result<int64_t> add(const std::string& key, int64_t delta) override;
   Result<bool> contains(const std::string& key) override;
+  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>& keys) override;
   Result<int64_t> append(const std::string& key, const std::string& value) override;
   Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) override;
   void interruptGets() override;

@@ -6,9 +6,11 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -26,10 +28,11 @@ namespace {
 using namespace std::chrono_literals;
 using net::FileDescriptor;
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kContains = 4, kAppend = 5, kReadList = 6 };
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kContains = 4, kAppend = 5, kReadList = 6, kPeek = 7 };
 enum Code : uint8_t { kCodeOk = 0, kCodeTimeout = 1, kCodeInvalid = 2 };
 constexpr uint32_t kMaxFrame = 64u << 20;
 constexpr size_t kReadListReplyCap = 16u << 20;
+constexpr uint32_t kMaxPeekKeys = 1u << 16;
 
 // Authentication (store.h): the server's greeting, the client's answer, the server's proof.
 constexpr char kMagic[] = "CBS1";
@@ -45,7 +48,16 @@ constexpr auto kAuthTimeout = 2s;
 constexpr auto kFrameTimeout = 10s;
 constexpr size_t kMaxUnreadAnswers = 64u << 10;
 constexpr size_t kReadAhead = 64u << 10;
-constexpr size_t kMaxClients = 1024;
+
+// At most this many connections (more are accepted and closed at once): three quarters of the descriptors
+// the process may open, the rest left to everything else it holds, and never fewer than 1024. A node holds a
+// connection per concurrent call (about four), so 1024 stopped a controller at about 250 nodes.
+size_t clientLimit() {
+  rlimit limit{};
+  const size_t descriptors = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                                 ? size_t(limit.rlim_cur) : size_t{1} << 20;
+  return std::clamp<size_t>(descriptors / 4 * 3, 1024, size_t{1} << 20);
+}
 
 std::string frame(const std::string& body) {
   std::string out;
@@ -155,7 +167,7 @@ class TcpStoreServer final : public StoreServer {
       LOG(ERROR) << "store server: epoll_create1: " << std::strerror(errno);
       return;
     }
-    std::vector<epoll_event> ready(64);
+    std::vector<epoll_event> ready(256);
     for (;;) {
       Deadline next = Deadline::max();
       for (auto& c : clients_) {
@@ -228,8 +240,8 @@ class TcpStoreServer final : public StoreServer {
         return;
       }
       FileDescriptor conn(fd);
-      if (clients_.size() >= kMaxClients) {
-        too_many_.note(std::to_string(kMaxClients) + " connections open: closed a new one at once");
+      if (clients_.size() >= max_clients_) {
+        too_many_.note(std::to_string(max_clients_) + " connections open: closed a new one at once");
         continue;
       }
       int one = 1;
@@ -382,6 +394,34 @@ class TcpStoreServer final : public StoreServer {
         c.out += response(kCodeOk, payload + entries);
         return;
       }
+      case kPeek: {
+        // operand: u32 count, then count x (u32 length, key). Every length is checked against the operand.
+        if (operand.size() < 4) break;
+        const uint32_t count = net::loadU32(operand.data());
+        if (count > kMaxPeekKeys) break;
+        std::string payload;
+        net::appendU32(payload, count);
+        size_t at = 4;
+        uint32_t i = 0;
+        for (; i < count; ++i) {
+          if (operand.size() - at < 4) break;
+          const uint32_t len = net::loadU32(operand.data() + at);
+          at += 4;
+          if (operand.size() - at < len) break;
+          auto it = data_.find(operand.substr(at, len));
+          at += len;
+          if (it == data_.end()) {
+            payload.push_back('\0');
+            continue;
+          }
+          payload.push_back('\1');
+          net::appendU32(payload, static_cast<uint32_t>(it->second.size()));
+          payload += it->second;
+        }
+        if (i != count || at != operand.size()) break;
+        c.out += response(kCodeOk, payload);
+        return;
+      }
       default:
         break;
     }
@@ -403,6 +443,13 @@ class TcpStoreServer final : public StoreServer {
     auto now = SteadyClock::now();
     for (auto& c : clients_) {
       if (c->closed) continue;
+      // A client may have answered in time while this thread served others (one epoll_wait returns at most
+      // `ready` sockets): take what is waiting before judging it late.
+      if ((!c->authenticated && c->auth_deadline <= now) || (c->frame_deadline <= now && inputRoom(*c) > 0)) {
+        readFrom(*c);
+        if (!c->closed) handleInput(*c);
+        if (c->closed) continue;
+      }
       if (!c->authenticated && c->auth_deadline <= now) {
         rejected_.note("a connection did not authenticate within 2 s; closed");
         c->closed = true;
@@ -433,6 +480,7 @@ class TcpStoreServer final : public StoreServer {
   FileDescriptor epoll_;
   RateLimitedLog rejected_{"authentication"};
   RateLimitedLog slow_{"slow client"};
+  const size_t max_clients_ = clientLimit();
   RateLimitedLog too_many_{"connection limit"};
   RateLimitedLog out_of_fds_{"descriptor limit"};
   std::thread thread_;
@@ -442,9 +490,11 @@ class TcpStoreServer final : public StoreServer {
 // Client: a pool of authenticated connections, one per concurrent call.
 
 // Connects to the server and runs the handshake of store.h.
+// `reached`, when given, is set once the TCP connection stands: a failure after it is the handshake's.
 Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secret& secret, Deadline deadline,
-                                         bool retry) {
+                                         bool retry, bool* reached = nullptr) {
   CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor fd, net::connectTcp(server, deadline, retry));
+  if (reached) *reached = true;
   const std::string where = "store at " + server.toString() + ": authentication";
   std::string greeting(kGreetingBytes, '\0');
   if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(greeting)), deadline); !s.isOk())
@@ -519,6 +569,38 @@ class TcpStore final : public Store {
     return static_cast<int64_t>(net::loadU64(reply.data()));
   }
 
+  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>& keys) override {
+    const std::string what = "store peek of " + std::to_string(keys.size()) + " keys";
+    if (keys.size() > kMaxPeekKeys) return Status::invalidArgument(what + ": more than " + std::to_string(kMaxPeekKeys));
+    std::string operand;
+    net::appendU32(operand, static_cast<uint32_t>(keys.size()));
+    for (const std::string& k : keys) {
+      net::appendU32(operand, static_cast<uint32_t>(k.size()));
+      operand += k;
+    }
+    CHAOSBED_ASSIGN_OR_RETURN(std::string reply, call(kPeek, {}, operand, deadlineIn(op_timeout_)));
+    const Status malformed = Status::internal(what + ": malformed reply");
+    if (reply.size() < 4 || net::loadU32(reply.data()) != keys.size()) return malformed;
+    std::vector<std::optional<std::string>> values;
+    values.reserve(keys.size());
+    size_t at = 4;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (at >= reply.size()) return malformed;
+      if (reply[at++] == '\0') {
+        values.emplace_back();
+        continue;
+      }
+      if (reply.size() - at < 4) return malformed;
+      const uint32_t len = net::loadU32(reply.data() + at);
+      at += 4;
+      if (reply.size() - at < len) return malformed;
+      values.emplace_back(reply.substr(at, len));
+      at += len;
+    }
+    if (at != reply.size()) return malformed;
+    return values;
+  }
+
   Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) override {
     if (from < 0 || max_entries < 0) return Status::invalidArgument("store readList '" + key + "': negative range");
     std::string operand;
@@ -551,6 +633,7 @@ class TcpStore final : public Store {
       case kContains: return "contains";
       case kAppend: return "append";
       case kReadList: return "readList";
+      case kPeek: return "peek";
     }
     return "?";
   }
@@ -568,9 +651,13 @@ class TcpStore final : public Store {
       }
     }
     if (!fd.valid()) {
-      auto connected = openAuthenticated(server_, secret_, deadline, /*retry=*/false);
+      bool reached = false;
+      auto connected = openAuthenticated(server_, secret_, deadline, /*retry=*/false, &reached);
       if (!connected.isOk()) {
         if (connected.status().code() == StatusCode::kTimeout) return Status::timeout(what + ": " + connected.status().message());
+        // A server that accepted and then closed the handshake is alive: it closes one that did not answer
+        // within its 2 s (this process was paused, or the server was busy). The next call tries again.
+        if (reached) return Status::unavailable(what + ": " + connected.status().message());
         return lost(what, connected.status());
       }
       fd = std::move(connected).value();

@@ -21,21 +21,25 @@
 //
 // Wire protocol after that (TCP, little-endian): request = u32 length, u8 op, u32 key length, key, operand
 // (set: the value; get: u64 timeout in ms; add: i64 delta; contains: nothing; append: the value; readList:
-// u64 first index, u32 most entries). Response = u32 length, u8 code (0 OK, 1 Timeout, 2 InvalidArgument),
-// payload (get: value; add: i64; contains: u8; append: u64 index; readList: u32 count, then count x (u32
-// length, bytes); errors: a message).
+// u64 first index, u32 most entries; peek: an empty key, then u32 count and count x (u32 length, key)).
+// Response = u32 length, u8 code (0 OK, 1 Timeout, 2 InvalidArgument), payload (get: value; add: i64;
+// contains: u8; append: u64 index; readList: u32 count, then count x (u32 length, bytes); peek: u32 count,
+// then per key u8 present and, when 1, u32 length and the value; errors: a message).
 //
 // The server is bounded against clients that misbehave: frames above 64 MiB close the connection; a frame
 // must arrive whole within 10 s of its first byte; it stops reading from a client while that client's get
 // blocks or while more than 64 KiB of its answers are unread (pipelining cannot grow its memory); at most
-// 1024 connections (more are accepted and closed at once), and when the process runs out of descriptors it
-// still accepts and closes, with a rate-limited log, instead of spinning. A client uses one connection per
-// concurrent call (a small pool), so a get blocked in one thread never delays a set from another; it never
-// reconnects after the server died.
+// 3/4 of the open-file limit in connections, and no fewer than 1024 (more are accepted and closed at once);
+// when the process runs out of descriptors it still accepts and closes, with a rate-limited log, instead of
+// spinning. A client uses one connection per concurrent call (a small pool), so a get blocked in one thread
+// never delays a set from another. It never reconnects after the server died (a refused connection, or a
+// reset or closed one that had authenticated); a handshake the server cut (a client that was paused or a
+// server that was busy past the 2 s) is Unavailable for that call only, and the next call tries again.
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <vector>
@@ -56,6 +60,10 @@ class Store {
   virtual Result<bool> contains(const std::string& key) = 0;
   // Appends value to the list `key`; returns its index (0, 1, ...).
   virtual Result<int64_t> append(const std::string& key, const std::string& value) = 0;
+  // The values of `keys` that exist now (nullopt where a key does not), in one request: a controller reads
+  // every node's report in one round trip instead of one per node. Never blocks on a key. At most 65536
+  // keys; the reply is bounded only by the frame limit (64 MiB), so ask for what fits.
+  virtual Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>& keys) = 0;
   // Entries [from, from + max_entries) of the list `key` that exist now: fewer, or none, when the list is
   // shorter (an absent list is empty). A reply stops early past 16 MiB; read again from where it ended.
   virtual Result<std::vector<std::string>> readList(const std::string& key, int64_t from, int max_entries) = 0;

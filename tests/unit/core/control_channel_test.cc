@@ -35,6 +35,9 @@ class Forward : public Store {
   Result<std::string> get(const std::string& k, Deadline d) override { return to_.get(k, d); }
   Result<int64_t> add(const std::string& k, int64_t d) override { return to_.add(k, d); }
   Result<bool> contains(const std::string& k) override { return to_.contains(k); }
+  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>& k) override {
+    return to_.peek(k);
+  }
   Result<int64_t> append(const std::string& k, const std::string& v) override { return to_.append(k, v); }
   Result<std::vector<std::string>> readList(const std::string& k, int64_t from, int n) override {
     return to_.readList(k, from, n);
@@ -115,6 +118,9 @@ class ScriptedStore : public Store {
   Result<int64_t> add(const std::string&, int64_t) override { return Status::internal("not scripted"); }
   Result<int64_t> append(const std::string&, const std::string&) override { return Status::internal("not scripted"); }
   Result<std::vector<std::string>> readList(const std::string&, int64_t, int) override {
+    return Status::internal("not scripted");
+  }
+  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>&) override {
     return Status::internal("not scripted");
   }
   Result<bool> contains(const std::string& key) override {

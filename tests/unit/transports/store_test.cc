@@ -238,6 +238,98 @@ TEST_F(StoreFixture, AppendNumbersEntriesAndReadListReturnsWhatExists) {
   EXPECT_FALSE(*store_->contains("list")) << "lists live apart from keys";
 }
 
+// A TCP relay in front of the store that cuts the handshake of the connection numbered `cut` (from 1) right
+// after the server's greeting, as the server does to a client that does not answer within its 2 s.
+class HandshakeCutter {
+ public:
+  HandshakeCutter(const std::string& upstream, int cut) : upstream_(*net::parseHostPort(upstream)), cut_(cut) {
+    net::HostPort bound;
+    listener_ = std::move(net::listenTcp(*net::parseHostPort("127.0.0.1:0"), &bound).value());
+    address_ = bound.toString();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~HandshakeCutter() {
+    stop_ = true;
+    ::shutdown(listener_.get(), SHUT_RDWR);
+    thread_.join();
+    for (auto& t : relays_) t.join();
+  }
+  const std::string& address() const { return address_; }
+  int accepted() const { return accepted_.load(); }
+  size_t upBytes() const { return up_bytes_.load(); }  // relayed from clients to the server, in all
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p = {listener_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      auto client = net::acceptTcp(listener_.get());  // non-blocking: invalid when nothing is waiting
+      if (!client.isOk()) return;
+      if (!client->valid()) continue;
+      const int number = ++accepted_;
+      auto server = net::connectTcp(upstream_, deadlineIn(seconds(5)), false);
+      if (!server.isOk()) return;
+      relays_.emplace_back([this, number, c = std::move(*client), s = std::move(*server)]() mutable {
+        if (number == cut_) {
+          std::string greeting(36, '\0');
+          if (net::readAll(s.get(), std::as_writable_bytes(std::span(greeting)), deadlineIn(seconds(5))).isOk())
+            (void)net::writeAll(c.get(), std::as_bytes(std::span(greeting)), deadlineIn(seconds(5)));
+          return;  // both ends close here
+        }
+        relay(c.get(), s.get());
+      });
+    }
+  }
+  void relay(int a, int b) {
+    pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    char buf[4096];
+    while (!stop_) {
+      if (::poll(fds, 2, 100) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+        if (n <= 0) return;
+        if (fds[i].fd == a) up_bytes_ += size_t(n);
+        if (!net::writeAll(fds[1 - i].fd, std::as_bytes(std::span(buf, size_t(n))), deadlineIn(seconds(5))).isOk()) return;
+      }
+    }
+  }
+
+  net::HostPort upstream_;
+  const int cut_;
+  net::FileDescriptor listener_;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::atomic<size_t> up_bytes_{0};
+  std::vector<std::thread> relays_;
+  std::thread thread_;
+};
+
+TEST_F(StoreFixture, AHandshakeTheServerCutIsNotALostServer) {
+  // Connection 1 is the client's first; the blocked get below keeps it busy, so the set opens connection 2,
+  // whose handshake is cut. A paused node meets this when it wakes: it must not conclude the controller is
+  // gone and never ask again (it would stop: core/runtime/control.h).
+  HandshakeCutter cutter(server_->address(), 2);
+  auto client = connectStore(cutter.address(), secret_, deadlineIn(seconds(5)));
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  Result<std::string> got = Status::internal("not run");
+  std::thread waiter([&] { got = (*client)->get("answer", deadlineIn(seconds(10))); });
+  // The get has reached the relay once more than the handshake's answer (64 bytes) went up connection 1.
+  for (Deadline d = deadlineIn(seconds(5)); cutter.upBytes() <= 64 && SteadyClock::now() < d;)
+    std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_GT(cutter.upBytes(), 64u);
+  const Status cut = (*client)->set("other", "x");
+  EXPECT_EQ(cutter.accepted(), 2);
+  EXPECT_EQ(cut.code(), StatusCode::kUnavailable) << cut.toString();
+  const Status again = (*client)->set("answer", "42");  // connection 3: a new handshake, relayed whole
+  EXPECT_TRUE(again.isOk()) << again.toString();
+  EXPECT_EQ(cutter.accepted(), 3);
+  waiter.join();
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(*got, "42");
+}
+
 TEST_F(StoreFixture, AClientWithAnotherSecretIsRefused) {
   auto other = connectStore(server_->address(), *Secret::generate(), deadlineIn(seconds(5)));
   ASSERT_FALSE(other.isOk());
@@ -280,6 +372,47 @@ std::string getRequest(const std::string& key) {
   out.append(key);
   net::appendU64(out, 0);
   return out;
+}
+
+TEST_F(StoreFixture, PeekReadsManyKeysInOneRequestAndNeverWaits) {
+  ASSERT_TRUE(store_->set("a", "1").isOk());
+  ASSERT_TRUE(store_->set("c", std::string("\0three", 6)).isOk());
+  ASSERT_TRUE(store_->set("empty", "").isOk());
+  auto values = store_->peek({"a", "b", "c", "empty", "a"});
+  ASSERT_TRUE(values.isOk()) << values.status().toString();
+  ASSERT_EQ(values->size(), 5u);
+  EXPECT_EQ((*values)[0], std::optional<std::string>("1"));
+  EXPECT_EQ((*values)[1], std::nullopt) << "a missing key is absent, not empty";
+  EXPECT_EQ((*values)[2], std::optional<std::string>(std::string("\0three", 6)));
+  EXPECT_EQ((*values)[3], std::optional<std::string>(""));
+  EXPECT_EQ((*values)[4], std::optional<std::string>("1"));
+  auto none = store_->peek({});
+  ASSERT_TRUE(none.isOk());
+  EXPECT_TRUE(none->empty());
+  std::vector<std::string> many(1000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = "k" + std::to_string(i);
+  ASSERT_TRUE(store_->set("k999", "last").isOk());
+  auto lots = store_->peek(many);
+  ASSERT_TRUE(lots.isOk());
+  EXPECT_EQ(std::count(lots->begin(), lots->end(), std::nullopt), 999);
+  EXPECT_EQ(lots->back(), std::optional<std::string>("last"));
+}
+
+TEST_F(StoreFixture, APeekWhoseKeyLengthsOverrunItsFrameIsRefused) {
+  net::FileDescriptor fd = authenticatedSocket(server_->address(), secret_);
+  std::string body(1, char(7));  // peek
+  net::appendU32(body, 0);       // no key
+  net::appendU32(body, 2);       // two keys ...
+  net::appendU32(body, 100);     // ... the first 100 bytes long, of which 3 follow
+  body += "abc";
+  std::string request;
+  net::appendU32(request, uint32_t(body.size()));
+  request += body;
+  ASSERT_TRUE(net::writeAll(fd.get(), std::as_bytes(std::span(request)), deadlineIn(seconds(5))).isOk());
+  char header[5];
+  ASSERT_TRUE(net::readAll(fd.get(), std::as_writable_bytes(std::span(header)), deadlineIn(seconds(5))).isOk());
+  EXPECT_EQ(header[4], 2) << "a malformed peek must be refused as invalid";
+  EXPECT_TRUE(store_->set("still", "works").isOk());
 }
 
 TEST_F(StoreFixture, MisbehavingClientsNeitherSlowLegitimateCallsNorGrowTheServer) {
