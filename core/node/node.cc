@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <glog/logging.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <charconv>
@@ -43,6 +44,7 @@ struct NodeConfig {
   StrategyOptions strategy;
   std::string checkpoint_dir;
   double connect_timeout_s = 60;
+  bool simulate = false;  // cluster.simulate: the control plane only, no transport, no training
 };
 
 Result<NodeConfig> readNodeConfig(const std::string& path) {
@@ -60,6 +62,7 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
     c.strategy = StrategyOptions::fromJson(j.at("strategy"));
     c.checkpoint_dir = j.at("checkpoint_dir").get<std::string>();
     c.connect_timeout_s = j.value("connect_timeout_s", 60.0);
+    c.simulate = j.value("simulate", false);
     if (c.workers < 1 || c.servers < 0) return Status::invalidArgument("node config " + path + ": bad cluster shape");
     return c;
   } catch (const std::exception& e) {
@@ -171,6 +174,53 @@ Status runRole(const std::string& role, const NodeConfig& c, NodeContext& ctx) {
   return role == "worker" ? runPsWorker(ctx) : runPsServer(ctx);
 }
 
+// cluster.simulate: the node does everything a node does on the control plane and nothing else, so that a
+// controller can be measured with many nodes on one machine. It announces itself, waits for the start,
+// reports stats every 250 ms (its whole time booked as waiting: it works for no one), appends a
+// "simulated.report" event every eval_interval_s, and, as a worker, a "membership.seen" event for each
+// generation it sees (so publication latency can be read from events.jsonl). Link commands are answered
+// as rejected: there is no transport to shape.
+Status runSimulatedNode(const std::string& role, const NodeConfig& c, ControlChannel& control, Deadline connect_deadline) {
+  if (Status s = control.announceReady(); !s.isOk()) return s;
+  if (auto start = control.waitStart(connect_deadline); !start.isOk()) return start.status();
+  Accounting accounting;
+  control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
+  control.startLinkWatcher(
+      [](const LinkCommand&) { return Status::unavailable("a simulated node has no transport to shape"); });
+  accounting.start();
+  Status result;
+  {
+    Accounting::Frame whole(accounting, TimeCategory::kIdlePeer);
+    const auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(std::max(0.05, c.training.eval_interval_s)));
+    Deadline next_report = SteadyClock::now();
+    int64_t reports = 0, seen = -1;
+    // The first report goes out even when the stop is already published (a replacement that started late):
+    // every process that started is heard from once.
+    for (bool first = true; result.isOk() && (first || !control.stopRequested()); first = false) {
+      if (SteadyClock::now() >= next_report) {
+        result = control.event("simulated.report", {{"seq", reports++}});
+        next_report += interval;
+        continue;
+      }
+      if (role != "worker") {
+        control.waitStopRequested(next_report);
+        continue;
+      }
+      auto m = control.waitMembershipAfter(seen, next_report);
+      if (m.isOk()) {
+        seen = m->generation;
+        result = control.event("membership.seen", {{"generation", seen}});
+      } else if (m.status().code() != StatusCode::kTimeout) {
+        control.waitStopRequested(next_report);  // logged by the channel; try again at the next report
+      }
+    }
+  }
+  accounting.finish();
+  control.stopBackground();
+  return result;
+}
+
 }  // namespace
 
 int runNodeProcess(const NodeLaunch& launch) {
@@ -207,6 +257,19 @@ int runNodeProcess(const NodeLaunch& launch) {
   if (!store.isOk()) {
     LOG(ERROR) << node << ": " << store.status().toString();
     return kExitInfrastructure;
+  }
+
+  if (c.simulate) {
+    // Simulated nodes stand for processes on other machines: on this one they yield every core the
+    // controller wants, so that what is measured is the controller, not hundreds of processes on two cores.
+    if (::setpriority(PRIO_PROCESS, 0, 19) != 0) PLOG(WARNING) << node << ": setpriority";
+    ControlChannel control(**store, c.prefix, node, std::max(0, launch.incarnation - 1), c.workers);
+    Status s = runSimulatedNode(launch.role, c, control, connect_deadline);
+    if (!s.isOk()) {
+      LOG(ERROR) << node << ": " << s.toString();
+      return kExitInfrastructure;
+    }
+    return control.controllerLost() ? kExitInfrastructure : kExitOk;
   }
 
   std::optional<data::DatasetSplits> data;

@@ -580,6 +580,8 @@ std::string renderReport(const ReportInput& in) {
   if (in.summary.contains("emulation") && in.summary["emulation"].is_object())
     o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["emulation"].value("note", std::string()))
       << "</strong></p>\n";
+  if (in.summary.contains("simulated") && in.summary["simulated"].is_string())
+    o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["simulated"].get<std::string>()) << "</strong></p>\n";
   o << "<h2>Accuracy vs time</h2>\n<p class=\"legend\">";
   for (size_t i = 0; i < ordered.size(); ++i)
     o << "<span><span class=\"swatch\" style=\"background:" << colorOf(i) << "\"></span>" << htmlEscape(ordered[i])

@@ -1,8 +1,12 @@
 #include "experiments/run/experiment.h"
 
+#include <glog/logging.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -66,8 +70,22 @@ Status checkFreshOutDir(const std::string& dir) {
                                  "a new run would mix with its own): choose a new directory or remove that one");
 }
 
+namespace {
+
+// The controller holds a few descriptors per node (its store connections, a pidfd): hundreds of nodes pass
+// the customary soft limit of 1024 long before the hard limit.
+void raiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) LOG(WARNING) << "cannot raise the open-file limit: " << std::strerror(errno);
+}
+
+}  // namespace
+
 Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const ExperimentOptions& options) {
   FILE* out = options.progress;
+  raiseDescriptorLimit();
   CHAOSBED_RETURN_IF_ERROR(checkNccl(spec));
   // Draw the chaos schedule once: every strategy meets the same faults at the same times.
   auto nodes = chaos::makeNodes({{"worker", spec.cluster.workers}, {"ps", spec.cluster.servers}, {"evaluator", 1}});
@@ -229,9 +247,10 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", gateway.c_str(), s.toString().c_str());
   }
   if (out)
-    std::fprintf(out, "\n%s%s\nresults: %s\n%s%s%s",
+    std::fprintf(out, "\n%s%s%s\nresults: %s\n%s%s%s",
                  comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
                  spec.workload.emulate.enabled() ? (emulationNote(spec) + "\n").c_str() : "",
+                 spec.cluster.simulate ? (std::string(kSimulatedNote) + "\n").c_str() : "",
                  dir.c_str(), report_written.isOk() ? "report:  " : "", report_written.isOk() ? dir.c_str() : "",
                  report_written.isOk() ? "/report.html\n" : "");
   // Let Prometheus scrape the final values (a batch job can also push them): with await_scrape, wait for that

@@ -94,6 +94,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"fault_rates", rates},
                       {"provenance", record.provenance ? record.provenance->toJson() : nlohmann::json(nullptr)},
                       {"emulation", emulationJson(spec)},
+                      {"simulated", spec.cluster.simulate ? nlohmann::json(kSimulatedNote) : nlohmann::json(nullptr)},
                       {"strategies", strategies}};
   const std::string text = j.dump(2) + "\n";
   Status s = writeTextAtomically(dir + "/summary.json", text);
@@ -283,8 +284,24 @@ nlohmann::json StrategyResult::toJson() const {
                       {"chaos_leaks", chaos_leaks},
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},
                       {"checkpoint_failures", workers.checkpoint_failures + servers.checkpoint_failures},
+                      {"control_plane", control_plane.toJson()},
                       {"stop_reason", stop_reason}};
   return j;
+}
+
+nlohmann::json StrategyResult::ControlPlane::toJson() const {
+  std::vector<double> sorted = event_latency_s;
+  std::sort(sorted.begin(), sorted.end());
+  // Nearest rank: the smallest latency that at least q of the events met.
+  auto quantile_ms = [&](double q) -> nlohmann::json {
+    if (sorted.empty()) return nullptr;
+    const size_t rank = size_t(std::ceil(q * double(sorted.size())));
+    return 1e3 * sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+  };
+  return {{"events", events},
+          {"event_latency_ms", {{"p50", quantile_ms(0.5)}, {"p99", quantile_ms(0.99)}, {"max", quantile_ms(1.0)}}},
+          {"controller_cpu_fraction", wall_seconds > 0 ? cpu_seconds / wall_seconds : 0.0},
+          {"controller_peak_rss_mb", double(peak_rss_bytes) / (1 << 20)}};
 }
 
 }  // namespace chaosbed::run

@@ -45,5 +45,9 @@ std::string comparisonTable(const std::vector<StrategyResult>& results, double t
 nlohmann::json emulationJson(const spec::ExperimentSpec& spec);
 // One line for the terminal and the report ("" without emulation).
 std::string emulationNote(const spec::ExperimentSpec& spec);
+// What every report of a cluster.simulate run says: nothing was trained.
+inline constexpr const char* kSimulatedNote =
+    "simulated nodes (cluster.simulate): the nodes exercised the control plane only and trained nothing; "
+    "read control_plane, not accuracy or goodput";
 
 }  // namespace chaosbed::run

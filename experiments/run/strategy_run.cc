@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,6 +16,23 @@
 namespace chaosbed::run::detail {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// This process's user + system CPU seconds (every thread), and its peak resident set.
+struct ProcessUsage {
+  double cpu_seconds = 0;
+  int64_t peak_rss_bytes = 0;
+};
+
+ProcessUsage processUsage() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return {};
+  auto seconds = [](const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) * 1e-6; };
+  return {seconds(u.ru_utime) + seconds(u.ru_stime), int64_t(u.ru_maxrss) * 1024};
+}
+
+}  // namespace
 
 Status ObservedActuator::apply(const chaos::Fault& f, const std::string& n) {
   supervisor_->chaosApplying(f, n);
@@ -53,7 +71,8 @@ Status Supervisor::prepare() {
                            {"training", training.toJson()},
                            {"strategy", strategyOptions(spec_, strategy_).toJson()},
                            {"checkpoint_dir", dir_ + "/checkpoints"},
-                           {"connect_timeout_s", 60.0}};
+                           {"connect_timeout_s", 60.0},
+                           {"simulate", spec_.cluster.simulate}};
   CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
 
   LauncherOptions lo;
@@ -276,6 +295,7 @@ Result<StrategyResult> Supervisor::run() {
   exportMetrics(chaos_controller.get(), allNodeStats());
   if (ctx_.metrics && ctx_.await_scrape) awaitScrape(*ctx_.metrics, "before " + strategy_.label + " starts");
   start_ns_ = realtimeNs();
+  controller_cpu_at_start_ = processUsage().cpu_seconds;
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
   if (chaos_controller) CHAOSBED_RETURN_IF_ERROR(chaos_controller->start());
@@ -286,6 +306,7 @@ Result<StrategyResult> Supervisor::run() {
   double last_advance_t = 0;  // when the workers' step count last grew
   double last_node_sample_t = -kNodeSampleInterval;
   std::optional<SteadyClock::time_point> stopped_at;
+  polling_events_ = true;
   for (;;) {
     handleExits();
     checkReplacements();
@@ -355,6 +376,10 @@ Result<StrategyResult> Supervisor::run() {
     if (stop_sent_) {
       if (!stopped_at) {
         stopped_at = SteadyClock::now();
+        const ProcessUsage usage = processUsage();
+        result_.control_plane.cpu_seconds = usage.cpu_seconds - controller_cpu_at_start_;
+        result_.control_plane.wall_seconds = now();
+        result_.control_plane.peak_rss_bytes = usage.peak_rss_bytes;
         // Measuring is over: heal every fault now, so that a frozen node can finish its step and exit
         // instead of holding the drain for kDrainS.
         if (chaos_controller)
@@ -364,6 +389,7 @@ Result<StrategyResult> Supervisor::run() {
     }
     std::this_thread::sleep_for(kTick);
   }
+  polling_events_ = false;  // events read from here on waited for the nodes to stop
   if (chaos_controller) {
     if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();  // no-op if stopped
     result_.faults_applied = int(chaos_controller->appliedCount());

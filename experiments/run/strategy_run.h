@@ -88,6 +88,16 @@ struct StrategyResult {
   std::string stop_reason;   // "target", "time_limit", "workers_ended", "interrupted", "error: ..."
   // workload.emulate: the emulated job's wire time / compute time for this strategy's traffic pattern.
   std::optional<double> target_comm_compute_ratio;
+  // The controller's own cost while this strategy trained (start to stop): the figures that limit how many
+  // nodes one controller can drive (docs/design.md, "Scale").
+  struct ControlPlane {
+    int64_t events = 0;                   // node events taken from the store
+    std::vector<double> event_latency_s;  // per event: from the node's append to the controller's read
+    double cpu_seconds = 0;               // the controller process's user + system time
+    double wall_seconds = 0;              // over which cpu_seconds was spent
+    int64_t peak_rss_bytes = 0;           // the controller process's peak resident set so far (VmHWM)
+    nlohmann::json toJson() const;
+  } control_plane;
 
   // Samples rolled back: by workers (restored checkpoints) and by servers (shards restored to a checkpoint).
   int64_t samplesLost() const { return workers.samples_lost + servers.samples_lost; }

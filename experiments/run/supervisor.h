@@ -199,9 +199,10 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   NodeStats collectStats(const std::string& role, int count) const;
   // Sets result_.accounting_residual from the final report of every worker and server process.
   void accountingResidual();
-  NodeStats nodeStats(const std::string& name) const;  // summed over the node's incarnations
-  // Every node's stats, read once (a tick's triggers, samples, totals and gauges all come from one read).
+  // Each named node's stats, summed over its incarnations, in one request to the store.
   using StatsByNode = std::map<std::string, NodeStats>;
+  StatsByNode statsOf(const std::vector<std::string>& names) const;
+  // Every node's stats, read once (a tick's triggers, samples, totals and gauges all come from one read).
   StatsByNode allNodeStats() const;
   static NodeStats roleTotal(const StatsByNode& stats, const std::string& role, int count);
   void exportMetrics(const chaos::Controller* chaos_controller, const StatsByNode& stats);
@@ -230,13 +231,13 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
   std::unique_ptr<Launcher> launcher_;
   int64_t start_ns_ = 0;
+  double controller_cpu_at_start_ = 0;  // the controller process's CPU seconds when training started
+  bool polling_events_ = false;  // the main loop reads events every tick: their latency is the control plane's
 
   mutable Mutex bad_stats_mu_;
   mutable std::set<std::string> bad_stats_ CHAOSBED_GUARDED_BY(bad_stats_mu_);  // stats keys already logged as malformed
-  // Stats keys once seen (keys are never removed, so no more `contains`), and final reports (nothing comes
-  // after them, so they are read once): at 64 nodes every request to the store costs the controller.
+  // Final reports (nothing comes after them, so they are read once).
   mutable Mutex stats_cache_mu_;
-  mutable std::set<std::string> stats_seen_ CHAOSBED_GUARDED_BY(stats_cache_mu_);
   mutable std::map<std::string, NodeStats> stats_final_ CHAOSBED_GUARDED_BY(stats_cache_mu_);
 
   // The launcher's thread posts exits and chaos's thread marks its kills under exits_mu_; it is never held

@@ -24,6 +24,10 @@ void Supervisor::checkLiveness() {
     return;
   last_liveness_check_ = now_steady;
   const double t = now();
+  // The heartbeat: each running node's own report, refreshed every 250 ms while it lives, its wall time
+  // growing. All of them in one request, never waiting for a key (a replacement may not have reported yet).
+  std::vector<control::NodeId> ids;
+  std::vector<std::string> keys;
   for (const std::string& name : names_) {
     const auto id = control::NodeId::parse(name);
     if (!id || id->role == control::Role::kEvaluator) continue;  // it trains nothing and reports no wall time
@@ -31,14 +35,18 @@ void Supervisor::checkLiveness() {
       detector_.forget(*id);
       continue;
     }
-    // The heartbeat: the node's own report, refreshed every 250 ms while it lives, its wall time growing.
-    auto v = ctx_.store->get(keys_.stats(name, launcher_->incarnation(name) - 1), deadlineIn(200ms));
-    auto stats = v.isOk() ? NodeStats::decode(*v) : Result<NodeStats>(v.status());
+    ids.push_back(*id);
+    keys.push_back(keys_.stats(name, launcher_->incarnation(name) - 1));
+  }
+  auto values = ctx_.store->peek(keys);
+  if (!values.isOk()) return;  // no news is not silence: the store is the controller's own
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto stats = (*values)[i] ? NodeStats::decode(*(*values)[i]) : Result<NodeStats>(Status::notFound("no report"));
     if (!stats.isOk() || stats->final_report || stats->wall_seconds <= 0) {
-      detector_.forget(*id);  // starting (not armed yet) or finishing (not silent, done)
+      detector_.forget(ids[i]);  // starting (not armed yet) or finishing (not silent, done)
       continue;
     }
-    detector_.observe(*id, stats->wall_seconds, t);
+    detector_.observe(ids[i], stats->wall_seconds, t);
   }
   for (const control::FailureDetector::Lost& lost : detector_.expired(t)) declareLost(lost);
 }
@@ -84,6 +92,10 @@ void Supervisor::handleEvent(const std::string& text) {
     LOG(WARNING) << strategy_.label << ": ignoring a malformed event (" << text.size() << " bytes)";
     return;
   }
+  // Every event in the list is a node's, stamped with its run time at the append (ControlChannel::event).
+  ++result_.control_plane.events;
+  if (const double sent = number(e, "t", -1); sent >= 0 && polling_events_)
+    result_.control_plane.event_latency_s.push_back(std::max(0.0, now() - sent));
   e["strategy"] = strategy_.label;
   if (ctx_.events) (void)ctx_.events->append(e);
   const std::string type = e.value("type", "");
@@ -130,38 +142,47 @@ void Supervisor::handleEvent(const std::string& text) {
   }
 }
 
-NodeStats Supervisor::nodeStats(const std::string& name) const {
-  NodeStats total;
-  for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
-    const std::string k = keys_.stats(name, inc);
-    bool seen = false;
-    {
+Supervisor::StatsByNode Supervisor::statsOf(const std::vector<std::string>& names) const {
+  StatsByNode out;
+  // Every report not final yet, read in one request (one per node was most of the controller's time at 256
+  // nodes); final reports are cached, since nothing comes after them.
+  std::vector<std::string> keys, owners;
+  for (const std::string& name : names) {
+    NodeStats& total = out[name];
+    for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
+      std::string k = keys_.stats(name, inc);
       MutexLock lock(stats_cache_mu_);
       if (auto it = stats_final_.find(k); it != stats_final_.end()) {
         total.merge(it->second);
         continue;
       }
-      seen = stats_seen_.count(k) > 0;
+      keys.push_back(std::move(k));
+      owners.push_back(name);
     }
-    if (!seen) {
-      auto has = ctx_.store->contains(k);
-      if (!has.isOk() || !*has) continue;
-    }
-    auto v = ctx_.store->get(k, deadlineIn(1s));
-    if (!v.isOk()) continue;
-    auto stats = NodeStats::decode(*v);
+  }
+  if (keys.empty()) return out;
+  auto values = ctx_.store->peek(keys);
+  if (!values.isOk()) {
+    LOG_EVERY_N(WARNING, 20) << strategy_.label << ": reading the nodes' stats: " << values.status().toString();
+    return out;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!(*values)[i]) continue;  // not reported yet
+    auto stats = NodeStats::decode(*(*values)[i]);
     if (stats.isOk()) {
-      total.merge(*stats);
-      MutexLock lock(stats_cache_mu_);
-      stats_seen_.insert(k);
-      if (stats->final_report) stats_final_.emplace(k, *stats);
+      out[owners[i]].merge(*stats);
+      if (stats->final_report) {
+        MutexLock lock(stats_cache_mu_);
+        stats_final_.emplace(keys[i], *stats);
+      }
       continue;
     }
     // Ignored (a report never counts in part); logged once per key, not at every poll.
     MutexLock lock(bad_stats_mu_);
-    if (bad_stats_.insert(k).second) LOG(WARNING) << k << ": ignoring malformed stats: " << stats.status().message();
+    if (bad_stats_.insert(keys[i]).second)
+      LOG(WARNING) << keys[i] << ": ignoring malformed stats: " << stats.status().message();
   }
-  return total;
+  return out;
 }
 
 void Supervisor::accountingResidual() {
@@ -187,15 +208,13 @@ void Supervisor::accountingResidual() {
 }
 
 NodeStats Supervisor::collectStats(const std::string& role, int count) const {
-  NodeStats total;
-  for (int i = 0; i < count; ++i) total.merge(nodeStats(nodeName(role, i)));
-  return total;
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.push_back(nodeName(role, i));
+  return roleTotal(statsOf(names), role, count);
 }
 
 Supervisor::StatsByNode Supervisor::allNodeStats() const {
-  StatsByNode out;
-  for (const std::string& name : names_) out.emplace(name, nodeStats(name));
-  return out;
+  return statsOf(names_);
 }
 
 NodeStats Supervisor::roleTotal(const StatsByNode& stats, const std::string& role, int count) {

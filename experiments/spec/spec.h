@@ -90,6 +90,9 @@ struct ClusterSpec {
   double cpu_per_node = 0;   // CPU quota per node in cores; 0 = no quota
   Transport transport = Transport::kUcx;
   Hosts hosts = Hosts::kLocal;
+  // Nodes take part in the control plane only (ready, stats, events, membership, link commands) and train
+  // nothing: for measuring the controller and the store at scale. Results carry no accuracy.
+  bool simulate = false;
   FailureDetectionSpec failure_detection;
   bool operator==(const ClusterSpec&) const = default;
 };

@@ -424,6 +424,84 @@ strategies:
   }
 }
 
+// cluster.simulate at the scale the shipped scenario names: 256 workers, 4 servers and the evaluator attach to
+// one controller through the real control plane (and are really killed, paused and replaced), and the
+// controller says what that cost it. Every node must be heard from, a killed worker's replacement too, and
+// under mirrored elastic every member of the last generation must have seen it.
+TEST(RunExperiment, TwoHundredSixtySimulatedNodesAttachToOneController) {
+  if (!fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (scripts/install-deps.sh installs it)";
+  const std::string out = testing::makeTempDir("run-simulated");
+  ASSERT_FALSE(out.empty());
+  testing::Command run({testing::chaosbedBinary(), "run", scenario("control-plane-256.yaml"), "--out=" + out,
+                        "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(240s));
+  ASSERT_TRUE(code.has_value()) << "run did not finish in 240 s:\n" << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+  const auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
+  EXPECT_TRUE(summary["simulated"].is_string()) << "a simulated run must say so: " << summary.dump();
+  std::map<std::string, std::vector<nlohmann::json>> events;
+  std::istringstream lines(readFile(out + "/events.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object()) events[e.value("strategy", "")].push_back(e);
+  }
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const auto& s = summary["strategies"][label];
+    EXPECT_EQ(s["steps"].get<int64_t>(), 0) << "a simulated node trained";
+    EXPECT_EQ(s["failures"].get<int>(), 16) << "the kill wave takes 16 of 256 workers, and nothing else may fail";
+    const auto& cp = s["control_plane"];
+    std::set<std::string> reporting;
+    std::set<std::string> replacements;  // killed workers heard from again
+    int64_t node_events = 0;
+    for (const auto& e : events[label]) {
+      const std::string type = e.value("type", "");
+      if (type == "simulated.report" || type == "membership.seen") ++node_events;
+      if (type == "simulated.report") {
+        reporting.insert(e.value("node", ""));
+        if (e.value("incarnation", 0) > 0) replacements.insert(e.value("node", ""));
+      }
+      EXPECT_NE(type, "node.lost") << "a node paused for 2 s was declared lost: " << e.dump();
+      if (type == "node.exited") EXPECT_TRUE(e.value("by_chaos", false)) << e.dump();
+    }
+    const size_t nodes = std::string(label) == "mirrored" ? 257 : 261;
+    EXPECT_EQ(reporting.size(), nodes) << "not every node was heard from";
+    EXPECT_EQ(replacements.size(), 16u) << "not every killed worker's replacement was heard from";
+    EXPECT_EQ(cp["events"].get<int64_t>(), node_events) << "the controller's count differs from events.jsonl";
+    for (const char* q : {"p50", "p99", "max"}) EXPECT_GE(cp["event_latency_ms"][q].get<double>(), 0.0) << q;
+    EXPECT_LE(cp["event_latency_ms"]["p50"].get<double>(), cp["event_latency_ms"]["max"].get<double>());
+    EXPECT_GT(cp["controller_cpu_fraction"].get<double>(), 0.0);
+    EXPECT_GT(cp["controller_peak_rss_mb"].get<double>(), 1.0);
+  }
+  // Mirrored elastic: the kill wave and the replacements each published generations, and each reached its
+  // members. A member that was paused, or busy, skips to the newest generation when it looks (it never needs
+  // the ones between), so it must have seen this one or a later one. Generations published in the last 3 s
+  // before the stop may not have been looked for yet.
+  double stop_t = -1;
+  std::map<std::string, int64_t> newest_seen;
+  std::vector<nlohmann::json> generations;
+  for (const auto& e : events["mirrored"]) {
+    const std::string type = e.value("type", "");
+    if (type == "run.stop") stop_t = e["t"].get<double>();
+    if (type == "membership") generations.push_back(e);
+    if (type == "membership.seen")
+      newest_seen[e["node"]] = std::max(newest_seen[e["node"]], e["generation"].get<int64_t>());
+  }
+  ASSERT_GT(stop_t, 0);
+  int checked = 0;
+  for (const auto& e : generations) {
+    const int64_t g = e["membership"]["generation"].get<int64_t>();
+    if (g == 0 || e["t"].get<double>() > stop_t - 3) continue;
+    ++checked;
+    for (const auto& rank : e["membership"]["workers"]) {
+      const std::string node = "worker-" + rank.dump();
+      EXPECT_GE(newest_seen[node], g) << node << " never saw generation " << g << " or a later one";
+    }
+  }
+  EXPECT_GE(checked, 16) << "fewer generations than the kill wave's exits";
+}
+
 // workload.emulate: every node carries the emulated gradient (padded), each worker calibrates its compute
 // and then stretches every step to it, and summary.json says what was emulated and the ratio next to its
 // target (the target is recomputed here from the public figures, not read back from the code).

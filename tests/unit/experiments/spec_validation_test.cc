@@ -79,6 +79,13 @@ const BadSpec kBadSpecs[] = {
     {"bad enum",
      spec("cluster: {workers: 4, transport: tcp}\n", kData, kStrategies),
      {"t.yaml:4:34: cluster.transport: 'tcp' is not one of: ucx, nccl"}},
+    {"emulated hosts, not built: refused rather than run on this host's network unannounced",
+     spec("cluster: {workers: 4, hosts: netns}\n", kData, kStrategies),
+     {"t.yaml:4:23: cluster.hosts: netns (emulated hosts in network namespaces) is not built yet (issue #15); "
+      "use local"}},
+    {"simulate is a flag",
+     spec("cluster: {workers: 4, simulate: 256}\n", kData, kStrategies),
+     {"t.yaml:4:33: cluster.simulate: expected true or false, got '256'"}},
     {"bad enum with did-you-mean",
      spec(kCluster, kData, "strategies:\n  - name: mirrored\n    on_failure: elastc\n"),
      {"t.yaml:8:17: strategies[0].on_failure: 'elastc' is not one of: restart, elastic (did you mean 'elastic'?)"}},
