@@ -4,8 +4,8 @@
 # sum, timed the same way (warm-up, then the slowest rank's per-iteration mean). Runs ROUNDS rounds (default
 # 3), each chaosbed, Open MPI (both paths) and Gloo one after the other, and prints the medians of busbw
 # (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 64 KiB, 1 MiB and 16 MiB for each, chaosbed's ratios to them (the
-# median of the per-round ratios) against the targets: chaosbed >= Open MPI (best of both paths) and >= 5x
-# Gloo at every size; and the load at the start and the end. Refuses to start above 0.5 load per core.
+# median of the per-round ratios) against the targets: chaosbed >= Open MPI (its faster path at that size, by
+# median) and >= 5x Gloo at every size; and the load at the start and the end. Refuses to start above 0.5 load per core.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 3)
@@ -89,12 +89,15 @@ ok = True
 print(f"{'size':>8} {'chaosbed':>9} {'ompi':>9} {'ompi+ucx':>9} {'gloo':>9}   busbw GB/s, medians of {len(rounds)} rounds   ratios (medians)")
 for b in (64 << 10, 1 << 20, 16 << 20):
     med = [statistics.median(r[i][b] for r in rounds) for i in range(4)]
-    r_mpi = statistics.median(r[0][b] / max(r[1][b], r[2][b]) for r in rounds)
+    # Open MPI's best path at this size is the one with the higher median; the per-round maximum of two
+    # noisy paths would be a luckier sample than either path gives, not a configuration one could run.
+    best = 1 if med[1] >= med[2] else 2
+    r_mpi = statistics.median(r[0][b] / r[best][b] for r in rounds)
     r_gloo = statistics.median(r[0][b] / r[3][b] for r in rounds)
     ok &= r_mpi >= 1.0 and r_gloo >= 5.0
     label = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
     print(f"{label:>8} {med[0]:9.3f} {med[1]:9.3f} {med[2]:9.3f} {med[3]:9.3f}   "
-          f"chaosbed/best-ompi {r_mpi:.2f} (>= 1.00)  chaosbed/gloo {r_gloo:.2f} (>= 5.00)")
+          f"chaosbed/{('ompi', 'ompi+ucx')[best - 1]} {r_mpi:.2f} (>= 1.00)  chaosbed/gloo {r_gloo:.2f} (>= 5.00)")
 print(f"load at end: {sys.argv[3]}")
 print("targets: " + ("met" if ok else "MISSED"))
 sys.exit(0 if ok else 1)
