@@ -16,8 +16,8 @@
 // Watchers and a lost controller: the watcher threads (stop flag, membership, link commands) long-poll the
 // store. After an error other than Timeout they back off (StoreWatchBackoff: 50 ms doubling to 1 s) instead
 // of spinning. The store client never reconnects to a server that died, so Unavailable in a row means the
-// controller (which hosts the store) is gone (a single cut handshake is not: the next call tries again): after StoreWatchBackoff::kUnavailableLimit consecutive Unavailable answers (about 1.5 s)
-// the watcher sets the stop flag and controllerLost(), training ends at its next check, and the node exits
+// controller (which hosts the store) is gone (a single cut handshake is not: the next call tries again):
+// after StoreWatchBackoff::kUnavailableLimit consecutive Unavailable answers (about 1.5 s) the watcher sets the stop flag and controllerLost(), training ends at its next check, and the node exits
 // (core/node/node.h): nodes never outlive their controller.
 
 #include <atomic>

@@ -95,7 +95,7 @@ struct StrategyResult {
     std::vector<double> event_latency_s;  // per event: from the node's append to the controller's read
     double cpu_seconds = 0;               // the controller process's user + system time
     double wall_seconds = 0;              // over which cpu_seconds was spent
-    int64_t peak_rss_bytes = 0;           // the controller process's peak resident set so far (VmHWM)
+    int64_t peak_rss_bytes = 0;           // the controller process's peak resident set so far (ru_maxrss)
     nlohmann::json toJson() const;
   } control_plane;
 

@@ -147,17 +147,19 @@ Supervisor::StatsByNode Supervisor::statsOf(const std::vector<std::string>& name
   // Every report not final yet, read in one request (one per node was most of the controller's time at 256
   // nodes); final reports are cached, since nothing comes after them.
   std::vector<std::string> keys, owners;
-  for (const std::string& name : names) {
-    NodeStats& total = out[name];
-    for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
-      std::string k = keys_.stats(name, inc);
-      MutexLock lock(stats_cache_mu_);
-      if (auto it = stats_final_.find(k); it != stats_final_.end()) {
-        total.merge(it->second);
-        continue;
+  {
+    MutexLock lock(stats_cache_mu_);
+    for (const std::string& name : names) {
+      NodeStats& total = out[name];
+      for (int inc = 0; inc < launcher_->incarnation(name); ++inc) {
+        std::string k = keys_.stats(name, inc);
+        if (auto it = stats_final_.find(k); it != stats_final_.end()) {
+          total.merge(it->second);
+          continue;
+        }
+        keys.push_back(std::move(k));
+        owners.push_back(name);
       }
-      keys.push_back(std::move(k));
-      owners.push_back(name);
     }
   }
   if (keys.empty()) return out;
