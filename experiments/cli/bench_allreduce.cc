@@ -124,7 +124,7 @@ int runRank(int rank, int ranks, const std::string& store_address, const Secret&
   ucx.size = ranks;
   ucx.secret = secret;
   ucx.prefix = "bench-allreduce";
-  ucx.cross_memory_attach = benchCrossMemoryAttach();
+  ucx.shared_memory = benchSharedMemory();
   auto transport = createUcxTransport(**store, ucx);
   if (!transport.isOk()) return fail(transport.status());
   auto comm = worldCommunicator(transport->get());

@@ -104,7 +104,7 @@ int runRank(int rank, const std::string& store_address, const Secret& secret, co
   options.size = 2;
   options.secret = secret;
   options.prefix = "bench-p2p";
-  options.cross_memory_attach = benchCrossMemoryAttach();
+  options.shared_memory = benchSharedMemory();
   auto transport = createUcxTransport(**store, options);
   if (!transport.isOk()) {
     std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, transport.status().toString().c_str());

@@ -15,14 +15,14 @@
 #include "experiments/cli/cli.h"
 #include "transports/bootstrap/store.h"
 
-DEFINE_bool(bench_cma, true,
-            "let UCX use cross-memory attach, as ucx_perftest does (training nodes run "
-            "without it: a peer dying mid-transfer would abort its partner); --bench_cma=false measures the "
-            "nodes' configuration");
+DEFINE_bool(bench_shm, true,
+            "let UCX use shared memory (its mm FIFOs and cross-memory attach), as ucx_perftest does; "
+            "training nodes run without it, since a peer killed mid-send can wedge or abort its partner "
+            "there; --bench_shm=false measures the nodes' configuration (TCP over loopback)");
 
 namespace chaosbed::cli {
 
-bool benchCrossMemoryAttach() { return FLAGS_bench_cma; }
+bool benchSharedMemory() { return FLAGS_bench_shm; }
 
 namespace {
 

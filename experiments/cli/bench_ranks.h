@@ -8,8 +8,8 @@
 
 namespace chaosbed::cli {
 
-// Whether the benchmark's transports use cross-memory attach (--bench_cma; UcxOptions::cross_memory_attach).
-bool benchCrossMemoryAttach();
+// Whether the benchmark's transports use shared memory (--bench_shm; UcxOptions::shared_memory).
+bool benchSharedMemory();
 
 // Forks `ranks` children, then starts the Store server and hands each child its address through a pipe:
 // the children are forked while the parent has a single thread, so none inherits a lock (malloc's, say)

@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -75,9 +76,15 @@ Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK)
     return Status::unavailable("ucx: ucp_config_read: " + ucsText(st));
-  if (!options_.cross_memory_attach) {
+  if (!options_.shared_memory) {
     const char* user_tls = std::getenv("UCX_TLS");
-    const std::string tls = tlsWithoutCma(user_tls == nullptr ? "" : user_tls);
+    const std::string tls = tlsWithoutSharedMemory(user_tls == nullptr ? "" : user_tls);
+    if (tls.empty()) {
+      ucp_config_release(config);
+      return Status::invalidArgument(std::string("ucx: UCX_TLS=") + user_tls +
+                                     " names only shared-memory transports, which this transport does not use "
+                                     "(UcxOptions::shared_memory); name a network transport such as tcp");
+    }
     if (ucs_status_t st = ucp_config_modify(config, "TLS", tls.c_str()); st != UCS_OK) {
       ucp_config_release(config);
       return Status::invalidArgument("ucx: UCX_TLS=" + tls + ": " + ucsText(st));
@@ -479,20 +486,22 @@ std::string netDevicesFor(const std::string& option, const char* user, bool* ove
   return option;
 }
 
-std::string tlsWithoutCma(const std::string& tls) {
-  if (tls.empty() || tls == "all") return "^cma";
+std::string tlsWithoutSharedMemory(const std::string& tls) {
+  // UCX 1.13's shared-memory transports; the aliases "mm", "sm" and "shm" name only these.
+  static const std::vector<std::string> kShared = {"posix", "sysv", "xpmem", "knem", "cma"};
+  auto shared = [](const std::string& n) {
+    return n == "mm" || n == "sm" || n == "shm" || std::find(kShared.begin(), kShared.end(), n) != kShared.end();
+  };
+  const bool exclude = tls.empty() || tls == "all" || tls[0] == '^';
   std::vector<std::string> names;
-  for (size_t begin = tls[0] == '^' ? 1 : 0; begin <= tls.size();) {
+  for (size_t begin = !tls.empty() && tls[0] == '^' ? 1 : 0; begin < tls.size() && tls != "all";) {
     size_t end = std::min(tls.find(',', begin), tls.size());
-    if (end > begin) names.push_back(tls.substr(begin, end - begin));
+    if (end > begin && !shared(tls.substr(begin, end - begin))) names.push_back(tls.substr(begin, end - begin));
     begin = end + 1;
   }
-  const bool exclude = tls[0] == '^';
-  std::erase(names, std::string("cma"));
-  // The shared-memory aliases include CMA: name their other members instead.
-  for (std::string& n : names)
-    if (!exclude && (n == "sm" || n == "shm")) n = "mm,knem,xpmem";
-  if (exclude) names.push_back("cma");
+  if (exclude) names.insert(names.end(), kShared.begin(), kShared.end());
+  if (names.empty() || (!exclude && std::all_of(names.begin(), names.end(), [](auto& n) { return n == "self"; })))
+    return "";
   std::string out = exclude ? "^" : "";
   for (size_t i = 0; i < names.size(); ++i) out += (i > 0 ? "," : "") + names[i];
   return out;

@@ -12,7 +12,8 @@
 // UCX as they are (contiguous, no staging copy): large messages use UCX's rendezvous zero-copy protocols.
 //
 // Failure detection. The data endpoints use UCP_ERR_HANDLING_MODE_NONE: peer error mode disables UCX's fast
-// shared-memory paths (16 MiB bandwidth 5.8 -> 2.2 GB/s here, DESIGN.md). Peer loss is detected instead on a
+// shared-memory paths (16 MiB bandwidth 5.8 -> 2.2 GB/s here, DESIGN.md), which benchmarks use
+// (UcxOptions::shared_memory). Peer loss is detected instead on a
 // CONTROL path: a TCP connection between every pair of ranks (each rank dials every peer's listener and
 // accepts theirs, each side saying hello {rank, incarnation}), watched by one thread with poll(). The kernel
 // closes a killed process's sockets at once, so EOF/error on the socket of a peer's current incarnation
@@ -39,7 +40,7 @@
 // failure or cancel() ends (a rendezvous receive already matched), the request completes with the sticky
 // status at once and UCX's request is released when UCX finishes it.
 // Reconnect never reuses a dead incarnation: a record whose process was found dead (its control connection
-// closed, or its endpoint or control listener unreachable, e.g. a stale shared-memory id) is skipped, and
+// closed, or its endpoint or control listener unreachable, e.g. a refused connect) is skipped, and
 // reconnect() waits for a later incarnation's record.
 // Known limit: messages the dead incarnation sent that are still unmatched stay in UCX's unexpected queue
 // and can match a receive posted after reconnect().
@@ -92,15 +93,21 @@ struct UcxOptions {
   std::string rndv_thresh = "128k";
   // How long progress() polls before it sleeps on the worker's event fd.
   std::chrono::microseconds spin{200};
-  // Cross-memory attach (process_vm_readv) copies a large message in one pass on one host, but UCX 1.13
-  // aborts the whole process when the peer of a CMA transfer has died (it would need peer error mode, which
-  // the data path avoids). Off by default, so a peer killed mid-transfer fails its partner's operation
-  // instead of crashing it; benchmarks, where no peer dies, may turn it on. Off removes "cma" from UCX_TLS.
-  bool cross_memory_attach = false;
+  // UCX's shared-memory transports are safe only while no peer dies, so they are off by default and data
+  // goes through the network transports (TCP over loopback on one host, as between hosts). A sender
+  // writes into the receiver's FIFO (posix/sysv mm) in two steps, reserve a slot then fill it: a process
+  // SIGKILLed between the two leaves a slot that never fills, and the receiver then reads nothing more
+  // through shared memory, from anyone, for the rest of its life (seen as a survivor whose state sync hung
+  // after two workers were killed at start-up). Cross-memory attach (process_vm_readv) aborts the whole
+  // process when its partner has died (UCX 1.13 without peer error mode). At the gradient sizes training
+  // moves, TCP over loopback costs nothing against mm without CMA (docs/design.md §2.5); benchmarks, where
+  // no peer dies, may turn shared memory on. Off takes posix, sysv, xpmem, knem and cma out of UCX_TLS.
+  bool shared_memory = false;
 };
 
-// The UCX_TLS value that honours `tls` (the user's UCX_TLS, empty when unset) without CMA.
-std::string tlsWithoutCma(const std::string& tls);
+// The UCX_TLS value that honours `tls` (the user's UCX_TLS, empty when unset) without shared-memory
+// transports; empty when `tls` names nothing else.
+std::string tlsWithoutSharedMemory(const std::string& tls);
 
 // The UCX_NET_DEVICES value the transport configures for `option` (UcxOptions::net_devices) when the
 // environment holds `user` (nullptr: unset), or "" to leave UCX's configuration alone. The option wins: the

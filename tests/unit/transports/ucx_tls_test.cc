@@ -1,4 +1,5 @@
-// UCX_TLS without cross-memory attach: the user's choice of transports is kept, CMA alone is taken out.
+// UCX_TLS without shared memory: the user's choice of transports is kept, the shared-memory ones (mm FIFOs
+// a killed sender can wedge, CMA that aborts with a dead partner) are taken out.
 // UCX_NET_DEVICES: the transport's option (loopback by default) wins over the environment.
 
 #include <gtest/gtest.h>
@@ -8,22 +9,28 @@
 namespace chaosbed {
 namespace {
 
-TEST(UcxTlsWithoutCma, UnsetOrAllExcludesOnlyCma) {
-  EXPECT_EQ(tlsWithoutCma(""), "^cma");
-  EXPECT_EQ(tlsWithoutCma("all"), "^cma");
+TEST(UcxTlsWithoutSharedMemory, OffByDefault) { EXPECT_FALSE(UcxOptions{}.shared_memory); }
+
+TEST(UcxTlsWithoutSharedMemory, UnsetOrAllExcludesEverySharedMemoryTransport) {
+  EXPECT_EQ(tlsWithoutSharedMemory(""), "^posix,sysv,xpmem,knem,cma");
+  EXPECT_EQ(tlsWithoutSharedMemory("all"), "^posix,sysv,xpmem,knem,cma");
 }
 
-TEST(UcxTlsWithoutCma, AnExclusionListGainsCmaOnce) {
-  EXPECT_EQ(tlsWithoutCma("^tcp"), "^tcp,cma");
-  EXPECT_EQ(tlsWithoutCma("^cma,tcp"), "^tcp,cma");
-  EXPECT_EQ(tlsWithoutCma("^cma"), "^cma");
+TEST(UcxTlsWithoutSharedMemory, AnExclusionListGainsThemOnce) {
+  EXPECT_EQ(tlsWithoutSharedMemory("^tcp"), "^tcp,posix,sysv,xpmem,knem,cma");
+  EXPECT_EQ(tlsWithoutSharedMemory("^cma,ud,sm"), "^ud,posix,sysv,xpmem,knem,cma");
 }
 
-TEST(UcxTlsWithoutCma, AnInclusionListLosesCmaAndTheAliasesThatHoldIt) {
-  EXPECT_EQ(tlsWithoutCma("tcp"), "tcp");
-  EXPECT_EQ(tlsWithoutCma("posix,cma,tcp"), "posix,tcp");
-  EXPECT_EQ(tlsWithoutCma("sm,self"), "mm,knem,xpmem,self");
-  EXPECT_EQ(tlsWithoutCma("shm"), "mm,knem,xpmem");
+TEST(UcxTlsWithoutSharedMemory, AnInclusionListLosesThemAndTheirAliases) {
+  EXPECT_EQ(tlsWithoutSharedMemory("tcp"), "tcp");
+  EXPECT_EQ(tlsWithoutSharedMemory("posix,cma,tcp"), "tcp");
+  EXPECT_EQ(tlsWithoutSharedMemory("sm,self,tcp"), "self,tcp");
+  EXPECT_EQ(tlsWithoutSharedMemory("mm,rc,sysv"), "rc");
+}
+
+TEST(UcxTlsWithoutSharedMemory, NothingLeftIsEmptySoTheCallerCanRefuse) {
+  EXPECT_EQ(tlsWithoutSharedMemory("shm"), "");
+  EXPECT_EQ(tlsWithoutSharedMemory("posix,self"), "");
 }
 
 TEST(UcxNetDevices, LoopbackByDefaultWhateverTheEnvironmentSays) {
