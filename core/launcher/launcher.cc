@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -91,6 +92,7 @@ struct Launcher::SpawnJob {
   std::vector<std::string> envp;
   int log_fd = -1;
   NodeCgroup* cgroup = nullptr;
+  int net_namespace_fd = -1;
   std::promise<Result<pid_t>> done;
 };
 
@@ -227,6 +229,7 @@ Result<pid_t> Launcher::launch(const std::string& name, bool first) {
     spec = node.spec;
     incarnation = node.incarnation + 1;
     job->cgroup = node.cgroup.get();
+    job->net_namespace_fd = spec.net_namespace_fd;
   }
   auto fail = [&](const Status& s) -> Result<pid_t> {
     std::unique_ptr<NodeCgroup> cg;
@@ -314,6 +317,7 @@ void Launcher::spawn(SpawnJob& job) {
   const pid_t parent = ::getpid();
   const int log_fd = job.log_fd;
   const char* path = job.binary.c_str();
+  const int net_namespace_fd = job.net_namespace_fd;
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -334,6 +338,7 @@ void Launcher::spawn(SpawnJob& job) {
     dfl.sa_handler = SIG_DFL;
     for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
     if ((devnull >= 0 && ::dup2(devnull, 0) < 0) || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) die(1);
+    if (net_namespace_fd >= 0 && ::setns(net_namespace_fd, CLONE_NEWNET) != 0) die(3);
     char go = 0;
     ssize_t n;
     while ((n = ::read(sync_pipe[0], &go, 1)) < 0 && errno == EINTR) {
@@ -397,8 +402,9 @@ void Launcher::spawn(SpawnJob& job) {
     if (ready <= 0)
       return abandon(Status::timeout("launcher: " + job.name + " did not exec " + job.binary + " within " +
                                      std::to_string(std::chrono::seconds(kExecTimeout).count()) + " s"));
-    static const char* kStage[] = {"prctl(PR_SET_PDEATHSIG)", "redirecting stdout/stderr", "exec"};
-    std::string stage = (ce.stage >= 0 && ce.stage <= 2) ? kStage[ce.stage] : "setup";
+    static const char* kStage[] = {"prctl(PR_SET_PDEATHSIG)", "redirecting stdout/stderr", "exec",
+                                   "entering its network namespace for"};
+    std::string stage = (ce.stage >= 0 && ce.stage <= 3) ? kStage[ce.stage] : "setup";
     return abandon(Status::invalidArgument("launcher: " + job.name + ": " + stage + " " + job.binary + ": " +
                                            errnoText(ce.err)));
   }

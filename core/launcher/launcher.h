@@ -50,6 +50,8 @@ struct NodeSpec {
   std::map<std::string, std::string> env;  // set in the child on top of the launcher's environment
   std::string binary;                      // empty: the running executable; a bare name is looked up in PATH
   std::optional<double> cpus;              // isolate in a NodeCgroup with this CPU quota (0 = no quota)
+  int net_namespace_fd = -1;               // enter this network namespace before exec (hosts: netns);
+                                           // the caller keeps it open while the launcher lives
 };
 
 // How one incarnation of a node ended.

@@ -45,6 +45,10 @@ struct NodeConfig {
   std::string checkpoint_dir;
   double connect_timeout_s = 60;
   bool simulate = false;  // cluster.simulate: the control plane only, no transport, no training
+  // hosts: {netns: N}: each node's address on its emulated host, and the host's network device; the node's
+  // listeners bind that address and UCX uses that device. Empty: one host, loopback.
+  std::map<std::string, std::string> host_addresses;
+  std::string net_device;
 };
 
 Result<NodeConfig> readNodeConfig(const std::string& path) {
@@ -63,6 +67,8 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
     c.checkpoint_dir = j.at("checkpoint_dir").get<std::string>();
     c.connect_timeout_s = j.value("connect_timeout_s", 60.0);
     c.simulate = j.value("simulate", false);
+    c.host_addresses = j.value("host_addresses", std::map<std::string, std::string>{});
+    c.net_device = j.value("net_device", std::string());
     if (c.workers < 1 || c.servers < 0) return Status::invalidArgument("node config " + path + ": bad cluster shape");
     return c;
   } catch (const std::exception& e) {
@@ -288,6 +294,10 @@ int runNodeProcess(const NodeLaunch& launch) {
   ucx.secret = *secret;
   ucx.prefix = c.prefix;
   ucx.connect_timeout = std::chrono::milliseconds(int64_t(c.connect_timeout_s * 1000));
+  if (auto host = c.host_addresses.find(node); host != c.host_addresses.end()) {
+    ucx.control_host = host->second;
+    ucx.net_devices = c.net_device;
+  }
   // A parameter-server worker talks to the servers only: under churn, connecting to the other workers would
   // only meet dead incarnations' stale records.
   if (c.strategy.kind == StrategyKind::kParameterServer && launch.role == "worker")

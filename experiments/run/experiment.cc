@@ -15,6 +15,7 @@
 #include "chaos/host_state.h"
 #include "chaos/schedule/schedule.h"
 #include "core/data/dataset.h"
+#include "core/isolation/emulated_hosts.h"
 #include "core/metrics/exporter.h"
 #include "experiments/report/report.h"
 #include "experiments/run/progress.h"
@@ -152,7 +153,17 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     std::string path;
     ~RemoveOnExit() { ::unlink(path.c_str()); }
   } remove_secret{secret_file};
-  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0", secret));
+  // Emulated hosts (hosts: {netns: N}): the nodes reach the store on the fabric's address, the controller
+  // on loopback; one server serves both.
+  std::unique_ptr<EmulatedHosts> hosts;
+  std::vector<net::FileDescriptor> fabric_listener;
+  net::HostPort fabric_bound;
+  if (spec.cluster.hosts == spec::Hosts::kNetns) {
+    CHAOSBED_ASSIGN_OR_RETURN(hosts, EmulatedHosts::create(spec.cluster.netns_hosts));
+    CHAOSBED_ASSIGN_OR_RETURN(net::FileDescriptor listener, hosts->listenInFabric(&fabric_bound));
+    fabric_listener.push_back(std::move(listener));
+  }
+  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0", secret, std::move(fabric_listener)));
   CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), secret, deadlineIn(std::chrono::seconds(10))));
 
   // One Prometheus endpoint for the whole run; loopback unless the spec or the caller allows more.
@@ -206,7 +217,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.spec = &spec;
   ctx.out_dir = dir;
   ctx.run_id = run_id;
-  ctx.store_address = server->address();
+  ctx.store_address = hosts ? fabric_bound.toString() : server->address();
+  ctx.hosts = hosts.get();
   ctx.secret_file = secret_file;
   ctx.data_path = data_path;
   ctx.store = store.get();

@@ -285,6 +285,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"checkpoints_written", workers.checkpoints_written + servers.checkpoints_written},
                       {"checkpoint_failures", workers.checkpoint_failures + servers.checkpoint_failures},
                       {"control_plane", control_plane.toJson()},
+                      {"host_addresses", host_addresses.empty() ? nlohmann::json(nullptr) : nlohmann::json(host_addresses)},
                       {"stop_reason", stop_reason}};
   return j;
 }

@@ -73,6 +73,13 @@ Status Supervisor::prepare() {
                            {"checkpoint_dir", dir_ + "/checkpoints"},
                            {"connect_timeout_s", 60.0},
                            {"simulate", spec_.cluster.simulate}};
+  if (ctx_.hosts != nullptr) {
+    // Round-robin in launch order: with as many hosts as workers, each worker has a host of its own.
+    for (size_t i = 0; i < names_.size(); ++i)
+      result_.host_addresses[names_[i]] = ctx_.hosts->address(hostOf(names_[i]));
+    config["host_addresses"] = result_.host_addresses;
+    config["net_device"] = EmulatedHosts::kDevice;
+  }
   CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
 
   LauncherOptions lo;
@@ -95,6 +102,7 @@ Status Supervisor::launchAll() {
     n.args = {n.role, "--node_config=" + dir_ + "/node-config.json"};
     n.env = {{"OPENBLAS_NUM_THREADS", "1"}};
     n.cpus = spec_.cluster.cpu_per_node;
+    if (ctx_.hosts != nullptr) n.net_namespace_fd = ctx_.hosts->hostFd(hostOf(name));
     auto pid = launcher_->start(n);
     if (!pid.isOk()) return pid.status().withContext("starting " + name);
   }

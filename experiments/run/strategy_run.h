@@ -27,6 +27,7 @@
 #include "chaos/event_log.h"
 #include "chaos/fault.h"
 #include "chaos/host_state.h"
+#include "core/isolation/emulated_hosts.h"
 #include "core/metrics/accounting.h"
 #include "core/metrics/exporter.h"
 #include "experiments/run/fault_episodes.h"
@@ -67,6 +68,7 @@ struct StrategyResult {
   double final_accuracy = 0;
   double final_loss = 0;
   double wall_seconds = 0;   // start of training to stop
+  std::map<std::string, std::string> host_addresses;  // hosts: {netns: N}: each node's host; empty: local
   NodeStats workers;         // summed over every worker incarnation
   NodeStats servers;         // summed over every server incarnation
   int failures = 0;          // nodes lost (faults and crashes)
@@ -134,6 +136,8 @@ struct RunContext {
   std::string out_dir;          // the results directory of the run
   std::string run_id;
   std::string store_address;    // the StoreServer the nodes connect to
+  // hosts: {netns: N}: the hosts the nodes are placed on (round-robin in launch order); null: local.
+  const EmulatedHosts* hosts = nullptr;
   std::string secret_file;      // the run's Secret (mode 0600), handed to the nodes by path
   std::string data_path;        // where nodes load the dataset from, when not the spec's data.path (a raw copy)
   Store* store = nullptr;       // the controller's own client of it

@@ -153,6 +153,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
  private:
   bool known(const std::string& node) const { return node_set_.count(node) > 0; }
+  // The emulated host a node runs on (hosts: netns): round-robin over names_ (launch order).
+  int hostOf(const std::string& node) const {
+    const auto at = std::find(names_.begin(), names_.end(), node) - names_.begin();
+    return int(size_t(at) % size_t(ctx_.hosts->size()));
+  }
   double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
 
   // OK once the node applied the command; InvalidArgument when it answered "rejected: <why>" (malformed,

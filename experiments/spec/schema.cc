@@ -16,7 +16,7 @@ constexpr const char* kProbes[] = {
     "seed: 0",
     R"(
 metadata: {name: p, labels: {team: x}}
-cluster: {workers: 2, failure_detection: {}}
+cluster: {workers: 2, failure_detection: {}, hosts: {}}
 data: {dataset: synthetic}
 model: {layers: [2, 2]}
 workload: {emulate: {}}
@@ -53,7 +53,7 @@ chaos:
     // data path the data set, training.seed the seed) differ from the first probes', so none is published.
     R"(
 seed: 7
-cluster: {workers: 1, servers: 3}
+cluster: {workers: 1, servers: 3, hosts: {list: []}}
 data: {dataset: mnist}
 training: {learning_rate: 0.5, momentum: 0.5, batch_per_worker: 8, weight_decay: 0.5}
 strategies: [{name: mirrored, training: {}}, {name: parameter_server}]

@@ -20,6 +20,7 @@ using config::Diagnostics;
 using config::Range;
 
 constexpr int kMaxNodes = 1024;
+constexpr int kMaxNetnsHosts = 64;  // EmulatedHosts::kMaxHosts (the addresses of one /24)
 constexpr int kMaxSweepSeeds = 1000;
 
 bool isValidName(const std::string& s) {
@@ -89,6 +90,32 @@ void parseMetadata(const ConfigNode& root, ExperimentSpec* spec) {
   }
 }
 
+// hosts: local | {netns: N}. Nodes are placed over the hosts round-robin in launch order (workers, servers,
+// the evaluator).
+void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
+  ConfigNode h = cluster.child("hosts");
+  if (h.isNull() || h.isScalar()) {
+    if (h.isScalar() && h.as<std::string>() == "netns") {
+      h.error("give the number of emulated hosts: hosts: {netns: N}");
+      return;
+    }
+    c->hosts = enumFrom(cluster.oneOf("hosts", {"local"}, "local"), kHosts, Hosts::kLocal);
+    return;
+  }
+  if (!h.isMap()) {
+    h.error("expected local or {netns: N} (N emulated hosts, network namespaces on this machine)");
+    return;
+  }
+  h.checkKeys({"netns", "list"});
+  if (h.has("list")) {
+    h.rejectKey("list", "real machines need a chaosbed agent on each, which is not built yet (issue #15); use "
+                        "local or {netns: N}");
+    return;
+  }
+  c->hosts = Hosts::kNetns;
+  c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
+}
+
 void parseCluster(const ConfigNode& root, ClusterSpec* c) {
   ConfigNode n = root.requiredChild("cluster");
   n.checkKeys({"workers", "servers", "cpu_per_node", "transport", "hosts", "simulate", "failure_detection"});
@@ -96,10 +123,9 @@ void parseCluster(const ConfigNode& root, ClusterSpec* c) {
   c->servers = n.optional<int>("servers", c->servers, Range::closed(0, kMaxNodes));
   c->cpu_per_node = n.optional<double>("cpu_per_node", c->cpu_per_node, Range::closed(0, kMaxNodes));
   c->transport = enumFrom(n.oneOf("transport", {"ucx", "nccl"}, "ucx"), kTransports, Transport::kUcx);
-  c->hosts = enumFrom(n.oneOf("hosts", {"local", "netns"}, "local"), kHosts, Hosts::kLocal);
-  // Accepting netns and running every node on this host's network would measure something else unannounced.
-  if (c->hosts == Hosts::kNetns)
-    n.errorAt("hosts", "netns (emulated hosts in network namespaces) is not built yet (issue #15); use local");
+  parseHosts(n, c);
+  if (c->hosts == Hosts::kNetns && c->transport == Transport::kNccl)
+    n.errorAt("hosts", "emulated hosts carry data over UCX's TCP transport; transport: nccl runs on local hosts only");
   c->simulate = n.optional<bool>("simulate", false);
   ConfigNode fd = n.child("failure_detection");
   fd.checkKeys({"heartbeat_s", "timeout_s"});

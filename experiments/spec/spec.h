@@ -5,7 +5,8 @@
 //   kind: Experiment                       # required
 //   metadata: {name: spot-preemption, description: ..., labels: {team: ml}}   # name required
 //   seed: 42                               # default 1; training.seed defaults to it
-//   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx, hosts: local,
+//   cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, transport: ucx,
+//             hosts: local | {netns: N},   # N emulated hosts: network namespaces on this machine
 //             failure_detection: {heartbeat_s: 5, timeout_s: 30}}
 //   model: {kind: mlp, layers: [784, 256, 128, 10]}    # layers: data dims first, classes last; kind: mlp | cnn | resnet (no layers)
 //   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
@@ -90,6 +91,7 @@ struct ClusterSpec {
   double cpu_per_node = 0;   // CPU quota per node in cores; 0 = no quota
   Transport transport = Transport::kUcx;
   Hosts hosts = Hosts::kLocal;
+  int netns_hosts = 0;       // hosts: {netns: N}: N in [1, kMaxNetnsHosts]; 0 with hosts: local
   // Nodes take part in the control plane only (ready, stats, events, membership, link commands) and train
   // nothing: for measuring the controller and the store at scale. Results carry no accuracy.
   bool simulate = false;

@@ -111,11 +111,13 @@ class RateLimitedLog {
 
 class TcpStoreServer final : public StoreServer {
  public:
-  TcpStoreServer(FileDescriptor listener, net::HostPort bound, FileDescriptor wake, const Secret& secret)
-      : listener_(std::move(listener)), bound_(std::move(bound)), wake_(std::move(wake)), secret_(secret),
+  // listeners[0] is the address() the server reports; the others (in other network namespaces, say) serve
+  // the same store.
+  TcpStoreServer(std::vector<FileDescriptor> listeners, net::HostPort bound, FileDescriptor wake, const Secret& secret)
+      : listeners_(std::move(listeners)), bound_(std::move(bound)), wake_(std::move(wake)), secret_(secret),
         reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)), epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
     watch(wake_.get(), EPOLLIN, &wake_);
-    watch(listener_.get(), EPOLLIN, &listener_);
+    for (FileDescriptor& l : listeners_) watch(l.get(), EPOLLIN, &l);
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServer() override {
@@ -190,12 +192,12 @@ class TcpStoreServer final : public StoreServer {
         LOG(ERROR) << "store server: epoll_wait: " << std::strerror(errno);
         return;
       }
-      bool accept = false;
+      std::vector<int> accept_on;
       for (int i = 0; i < n; ++i) {
         void* tag = ready[size_t(i)].data.ptr;
         if (tag == &wake_) return;  // shutting down
-        if (tag == &listener_) {
-          accept = true;
+        if (auto* l = static_cast<FileDescriptor*>(tag); l >= listeners_.data() && l < listeners_.data() + listeners_.size()) {
+          accept_on.push_back(l->get());
           continue;
         }
         Client& c = *static_cast<Client*>(tag);
@@ -204,7 +206,7 @@ class TcpStoreServer final : public StoreServer {
         else if (rev & (EPOLLHUP | EPOLLERR)) c.closed = true;  // gone while we were not reading from it
         if (!c.closed) handleInput(c);
       }
-      if (accept) acceptAll();
+      for (int listener : accept_on) acceptAll(listener);
       expireDeadlines();
       for (auto& c : clients_)
         if (!c->closed && !c->out.empty()) writeTo(*c);
@@ -220,16 +222,16 @@ class TcpStoreServer final : public StoreServer {
     }
   }
 
-  void acceptAll() {
+  void acceptAll(int listener) {
     for (;;) {
-      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
         if (errno == EMFILE || errno == ENFILE) {
           // No descriptor left: give up the reserve one to take the connection off the backlog and close it,
           // so epoll does not report the listener readable forever.
           reserve_.reset();
-          FileDescriptor dropped(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          FileDescriptor dropped(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
           dropped.reset();
           reserve_ = FileDescriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC));
           out_of_fds_.note("out of file descriptors: closed a new connection at once");
@@ -468,7 +470,7 @@ class TcpStoreServer final : public StoreServer {
     }
   }
 
-  FileDescriptor listener_;
+  std::vector<FileDescriptor> listeners_;  // fixed at construction: epoll tags point into it
   net::HostPort bound_;
   FileDescriptor wake_;
   const Secret secret_;
@@ -725,13 +727,22 @@ class TcpStore final : public Store {
 
 }  // namespace
 
-Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret) {
+Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret,
+                                                      std::vector<FileDescriptor> more_listeners) {
   CHAOSBED_ASSIGN_OR_RETURN(net::HostPort where, net::parseHostPort(listen_address));
   net::HostPort bound;
   CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor listener, net::listenTcp(where, &bound));
   FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return Status::ioError(std::string("store server: eventfd: ") + std::strerror(errno));
-  return std::unique_ptr<StoreServer>(new TcpStoreServer(std::move(listener), bound, std::move(wake), secret));
+  std::vector<FileDescriptor> listeners;
+  listeners.push_back(std::move(listener));
+  for (FileDescriptor& l : more_listeners) {
+    if (!l.valid()) return Status::invalidArgument("store server: an extra listener is not open");
+    if (const int flags = ::fcntl(l.get(), F_GETFL); flags < 0 || ::fcntl(l.get(), F_SETFL, flags | O_NONBLOCK) != 0)
+      return Status::ioError(std::string("store server: O_NONBLOCK: ") + std::strerror(errno));
+    listeners.push_back(std::move(l));
+  }
+  return std::unique_ptr<StoreServer>(new TcpStoreServer(std::move(listeners), bound, std::move(wake), secret));
 }
 
 Result<std::unique_ptr<Store>> connectStore(const std::string& address, const Secret& secret, Deadline deadline,

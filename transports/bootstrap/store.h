@@ -44,6 +44,7 @@
 
 #include <vector>
 
+#include "transports/bootstrap/net.h"
 #include "transports/bootstrap/secret.h"
 #include "transports/status.h"
 #include "transports/transport.h"
@@ -83,7 +84,9 @@ class StoreServer {
 };
 
 // Listens on host:port ("127.0.0.1:0" picks a free loopback port); admits only clients that hold `secret`.
-Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret);
+// `more_listeners` (listening sockets, e.g. bound in another network namespace) serve the same store.
+Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_address, const Secret& secret,
+                                                      std::vector<net::FileDescriptor> more_listeners = {});
 // Connects to a StoreServer; retries until the deadline (the server may start after the node).
 // `op_timeout` bounds set/add/contains (get uses its own deadline).
 inline constexpr std::chrono::milliseconds kDefaultStoreOpTimeout{30000};

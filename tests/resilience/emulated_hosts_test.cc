@@ -1,0 +1,216 @@
+// Emulated hosts (cluster.hosts: {netns: N}, core/isolation/emulated_hosts.h): nodes really run in network
+// namespaces of their own and talk across the bridge, both strategies reach the target through a kill, a
+// pause and a link fault between two hosts, and a controller SIGKILLed mid-run leaves no namespace, no
+// device and no process behind (the kernel frees the namespaces with their last reference).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "chaos/host_state.h"
+#include "core/isolation/cgroup.h"
+#include "core/data/dataset.h"
+#include "core/isolation/emulated_hosts.h"
+#include "tests/testing/command.h"
+
+namespace chaosbed {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// Why emulated hosts cannot be made here, or "" when they can.
+std::string whyNoNamespaces() {
+  if (::geteuid() != 0) return "needs root (network namespaces)";
+  auto probe = EmulatedHosts::create(1);
+  return probe.isOk() ? "" : probe.status().toString();
+}
+
+// The network namespace (its inode) of a process, or 0 when it is gone.
+ino_t netnsOf(pid_t pid) {
+  struct stat st {};
+  return ::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Every network namespace some process is in or holds a descriptor of.
+std::set<ino_t> namespacesInUse() {
+  std::set<ino_t> out;
+  std::error_code ec;
+  for (const auto& p : fs::directory_iterator("/proc", ec)) {
+    const std::string name = p.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    struct stat st {};
+    if (::stat((p.path() / "ns/net").c_str(), &st) == 0) out.insert(st.st_ino);
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(p.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+      if (target.starts_with("net:[")) out.insert(ino_t(std::stoull(target.substr(5))));
+    }
+  }
+  return out;
+}
+
+std::string rootLinks() {
+  testing::Command ip({"ip", "-o", "link", "show"});
+  (void)ip.wait(deadlineIn(10s));
+  std::string names;
+  std::istringstream lines(ip.output());
+  for (std::string line; std::getline(lines, line);) {
+    const auto colon = line.find(": ");
+    if (colon != std::string::npos) names += line.substr(colon + 2, line.find(':', colon + 2) - colon - 2) + "\n";
+  }
+  return names;
+}
+
+TEST(EmulatedHostsSetup, EachHostHasItsAddressOnItsOwnDevice) {
+  if (const std::string why = whyNoNamespaces(); !why.empty()) GTEST_SKIP() << why;
+  auto hosts = EmulatedHosts::create(3);
+  ASSERT_TRUE(hosts.isOk()) << hosts.status().toString();
+  std::set<std::string> addresses;
+  for (int i = 0; i < 3; ++i) addresses.insert((*hosts)->address(i));
+  EXPECT_EQ(addresses.size(), 3u) << "hosts share an address";
+  EXPECT_EQ(addresses.count((*hosts)->fabricAddress()), 0u);
+  // From host 2, the bridge and host 0 answer (a TCP connect to a port nobody listens on is refused, which
+  // needs the packet to get there and back; an unreachable address times out instead).
+  const std::string probe = "exec 3<>/dev/tcp/" + (*hosts)->address(0) + "/9 || true";
+  EXPECT_TRUE((*hosts)->runInHost(2, {"bash", "-c", "timeout 3 bash -c '" + probe + "' 2>&1 | grep -q refused"}).isOk())
+      << "host 2 cannot reach host 0 across the bridge";
+  // A host's own namespace holds its address and nothing of the others'.
+  EXPECT_TRUE((*hosts)->runInHost(1, {"bash", "-c", "ip -o addr show dev eth0 | grep -q ' " + (*hosts)->address(1) + "/24'"}).isOk());
+  EXPECT_FALSE((*hosts)->runInHost(1, {"bash", "-c", "ip -o addr | grep -q ' " + (*hosts)->address(0) + "/'"}).isOk());
+}
+
+// Fashion-MNIST to 0.8 takes a few seconds, so every fault lands before the target: a kill (replaced after
+// 1 s), a pause, and a link fault between worker-0's host and worker-3's.
+const char* const kReachSpec = R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: netns}
+seed: 11
+cluster: {workers: 4, servers: 1, cpu_per_node: 0.4, hosts: {netns: 4}}
+model: {kind: mlp, layers: [784, 64, 10]}
+data: {dataset: fashion-mnist}
+training: {batch_per_worker: 64, learning_rate: 0.05, momentum: 0.9, target_accuracy: 0.8, time_limit_s: 60,
+           eval_interval_s: 0.5, checkpoint_interval_s: 2}
+strategies: [{name: mirrored}, {name: parameter_server}]
+chaos:
+  faults:
+    - {name: kill, action: kill, target: {role: worker, index: 1}, at_s: 0.5, restart_after: {fixed_s: 1}}
+    - {name: pause, action: pause, target: {role: worker, index: 2}, at_s: 1, duration_s: 1}
+    - {name: link, action: link, target: {between: [{role: worker, index: 0}, {role: worker, index: 3}]},
+       at_s: 1.5, duration_s: 3, params: {bandwidth_mbps: 100, latency_ms: 2}}
+)";
+
+// Never reaches its target (the learning rate is tiny): it is killed mid-run, a node paused.
+const char* const kKillSpec = R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: netns-kill}
+seed: 11
+cluster: {workers: 4, servers: 1, cpu_per_node: 0.3, hosts: {netns: 4}}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 1.0e-6, target_accuracy: 0.99, time_limit_s: 120,
+           eval_interval_s: 0.5}
+strategies: [{name: mirrored}]
+chaos:
+  faults:
+    - {name: pause, action: pause, target: {role: worker, index: 2}, at_s: 1, duration_s: 100}
+)";
+
+// Waits until the run's nodes are up (at least `count` processes) and returns their namespaces.
+std::map<pid_t, ino_t> nodeNamespaces(const std::string& out, size_t count, Deadline deadline) {
+  std::map<pid_t, ino_t> ns;
+  while (SteadyClock::now() < deadline) {
+    ns.clear();
+    for (pid_t pid : testing::processesMentioning(out + "/"))
+      if (ino_t ino = netnsOf(pid); ino != 0) ns[pid] = ino;
+    if (ns.size() >= count) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return ns;
+}
+
+TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
+  if (const std::string why = whyNoNamespaces(); !why.empty()) GTEST_SKIP() << why;
+  if (!fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST is not installed (scripts/install-deps.sh installs it)";
+  const std::string dir = testing::makeTempDir("netns-run");
+  std::ofstream(dir + "/spec.yaml") << kReachSpec;
+  const std::string out = dir + "/out";
+  testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
+  // The first strategy's nodes: on four hosts, none in this test's namespace.
+  const auto ns = nodeNamespaces(out, 5, deadlineIn(60s));
+  std::set<ino_t> distinct;
+  for (const auto& [pid, ino] : ns) distinct.insert(ino);
+  EXPECT_EQ(distinct.size(), 4u) << "5 nodes on 4 emulated hosts";
+  EXPECT_EQ(distinct.count(netnsOf(::getpid())), 0u) << "a node runs in the controller's network namespace";
+  auto code = run.wait(deadlineIn(240s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  ASSERT_EQ(*code, 0) << run.output();
+
+  const auto summary = nlohmann::json::parse(testing::readFile(out + "/summary.json"));
+  for (const char* label : {"mirrored", "parameter_server"}) {
+    SCOPED_TRACE(label);
+    const auto& s = summary["strategies"][label];
+    EXPECT_TRUE(s["tta_seconds"].is_number()) << "did not reach the target: " << s.dump();
+    EXPECT_EQ(s["failures"].get<int>(), 1) << "the kill, and nothing else";
+    const auto& hosts = s["host_addresses"];
+    ASSERT_TRUE(hosts.is_object()) << s.dump();
+    EXPECT_EQ(hosts["worker-0"], "10.200.0.2");
+    EXPECT_EQ(hosts["worker-3"], "10.200.0.5");
+    const char* fifth = std::string(label) == "mirrored" ? "evaluator-0" : "ps-0";
+    EXPECT_EQ(hosts[fifth], hosts["worker-0"]) << "round-robin: the node after the workers shares the first host";
+    EXPECT_EQ(s["faults_applied"].get<int>(), 4) << "the kill, the pause and the link fault on both its ends";
+  }
+  fs::remove_all(dir);
+}
+
+TEST(EmulatedHostsRun, AControllerKilledMidRunLeavesNoNamespaceDeviceOrProcess) {
+  if (const std::string why = whyNoNamespaces(); !why.empty()) GTEST_SKIP() << why;
+  const std::string links_before = rootLinks();
+  const std::string dir = testing::makeTempDir("netns-kill");
+  std::ofstream(dir + "/spec.yaml") << kKillSpec;
+  const std::string out = dir + "/out";
+  testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
+  const auto owner = chaos::ownerName(run.pid());
+  const auto ns = nodeNamespaces(out, 5, deadlineIn(60s));
+  ASSERT_GE(ns.size(), 5u) << "the nodes never started:\n" << run.output();
+  std::set<ino_t> used;
+  for (const auto& [pid, ino] : ns) used.insert(ino);
+  ASSERT_EQ(used.size(), 4u) << "the nodes are not on 4 emulated hosts";
+  // Mid-run, into the pause (a frozen node must die too).
+  std::this_thread::sleep_for(2000ms);
+  run.signal(SIGKILL);
+  ASSERT_TRUE(run.wait(deadlineIn(10s)).has_value());
+
+  // The nodes die with the controller (PR_SET_PDEATHSIG; a frozen one once its group is removed, below).
+  testing::Command heal({testing::chaosbedBinary(), "chaos", "heal"});
+  auto rc = heal.wait(deadlineIn(30s));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 0) << heal.output();
+  for (const Deadline d = deadlineIn(10s); !testing::processesMentioning(out + "/").empty() && SteadyClock::now() < d;)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(testing::processesMentioning(out + "/").empty()) << "node processes of the killed run are left";
+  if (owner) {
+    auto groups = listGroups();
+    if (groups.isOk())
+      for (const std::string& g : *groups) EXPECT_FALSE(g.starts_with(*owner + "-")) << "cgroup group left: " << g;
+  }
+  const std::set<ino_t> in_use = namespacesInUse();
+  for (ino_t ino : used) EXPECT_EQ(in_use.count(ino), 0u) << "network namespace " << ino << " of the run is still held";
+  EXPECT_EQ(rootLinks(), links_before) << "devices appeared or went in this namespace";
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace chaosbed
