@@ -291,16 +291,19 @@ nlohmann::json StrategyResult::toJson() const {
 }
 
 nlohmann::json StrategyResult::ControlPlane::toJson() const {
-  std::vector<double> sorted = event_latency_s;
-  std::sort(sorted.begin(), sorted.end());
-  // Nearest rank: the smallest latency that at least q of the events met.
-  auto quantile_ms = [&](double q) -> nlohmann::json {
-    if (sorted.empty()) return nullptr;
-    const size_t rank = size_t(std::ceil(q * double(sorted.size())));
-    return 1e3 * sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+  // Nearest rank: the smallest value that at least q of the samples met; p50, p99 and max in ms.
+  auto quantiles_ms = [](std::vector<double> sorted) -> nlohmann::json {
+    std::sort(sorted.begin(), sorted.end());
+    auto at = [&](double q) -> nlohmann::json {
+      if (sorted.empty()) return nullptr;
+      const size_t rank = size_t(std::ceil(q * double(sorted.size())));
+      return 1e3 * sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+    };
+    return {{"p50", at(0.5)}, {"p99", at(0.99)}, {"max", at(1.0)}};
   };
   return {{"events", events},
-          {"event_latency_ms", {{"p50", quantile_ms(0.5)}, {"p99", quantile_ms(0.99)}, {"max", quantile_ms(1.0)}}},
+          {"event_latency_ms", quantiles_ms(event_latency_s)},
+          {"supervision_pass_ms", quantiles_ms(supervision_pass_s)},
           {"controller_cpu_fraction", wall_seconds > 0 ? cpu_seconds / wall_seconds : 0.0},
           {"controller_peak_rss_mb", double(peak_rss_bytes) / (1 << 20)}};
 }

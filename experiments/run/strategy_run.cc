@@ -316,6 +316,7 @@ Result<StrategyResult> Supervisor::run() {
   std::optional<SteadyClock::time_point> stopped_at;
   polling_events_ = true;
   for (;;) {
+    const auto pass_start = SteadyClock::now();
     handleExits();
     checkReplacements();
     readEvents();
@@ -324,6 +325,9 @@ Result<StrategyResult> Supervisor::run() {
       MutexLock lock(mu_);
       execute(supervision_->onTick(now()));
     }
+    if (polling_events_)
+      result_.control_plane.supervision_pass_s.push_back(
+          std::chrono::duration<double>(SteadyClock::now() - pass_start).count());
     const double t = now();
     if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
     if (t >= time_limit) requestStop("time_limit");

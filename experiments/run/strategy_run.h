@@ -95,6 +95,9 @@ struct StrategyResult {
   struct ControlPlane {
     int64_t events = 0;                   // node events taken from the store
     std::vector<double> event_latency_s;  // per event: from the node's append to the controller's read
+    // Per tick of the supervisor's loop during training: how long it took up exits, replacements, events,
+    // liveness and Supervision's decisions (a long pass delays every one of them).
+    std::vector<double> supervision_pass_s;
     double cpu_seconds = 0;               // the controller process's user + system time
     double wall_seconds = 0;              // over which cpu_seconds was spent
     int64_t peak_rss_bytes = 0;           // the controller process's peak resident set so far (ru_maxrss)

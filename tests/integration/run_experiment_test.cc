@@ -471,6 +471,9 @@ TEST(RunExperiment, TwoHundredSixtySimulatedNodesAttachToOneController) {
     EXPECT_EQ(cp["events"].get<int64_t>(), node_events) << "the controller's count differs from events.jsonl";
     for (const char* q : {"p50", "p99", "max"}) EXPECT_GE(cp["event_latency_ms"][q].get<double>(), 0.0) << q;
     EXPECT_LE(cp["event_latency_ms"]["p50"].get<double>(), cp["event_latency_ms"]["max"].get<double>());
+    // The supervisor's loop ticks every 50 ms through 20 s of training: hundreds of passes, each timed.
+    EXPECT_GT(cp["supervision_pass_ms"]["max"].get<double>(), 0.0);
+    EXPECT_LE(cp["supervision_pass_ms"]["p50"].get<double>(), cp["supervision_pass_ms"]["p99"].get<double>());
     EXPECT_GT(cp["controller_cpu_fraction"].get<double>(), 0.0);
     EXPECT_GT(cp["controller_peak_rss_mb"].get<double>(), 1.0);
   }
