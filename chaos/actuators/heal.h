@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/launcher/command.h"  // runCommand, which heal and the link actuator use
 #include "transports/status.h"
 
 namespace chaosbed::chaos {
@@ -39,10 +40,5 @@ Result<HealRecord> healFromJson(const nlohmann::json& j);
 
 // Undoes what the record describes; OK when there is nothing left to undo.
 Status heal(const HealRecord& r);
-
-// Runs argv (argv[0] looked up in PATH) with a deadline; OK on exit 0, else an error carrying its stderr.
-// `ok_stderr` substrings turn a failure into OK (e.g. "No such file" when deleting what is gone).
-Status runCommand(const std::vector<std::string>& argv, double timeout_s,
-                  const std::vector<std::string>& ok_stderr = {});
 
 }  // namespace chaosbed::chaos

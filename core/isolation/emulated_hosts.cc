@@ -1,24 +1,19 @@
 #include "core/isolation/emulated_hosts.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <functional>
 #include <thread>
 
-extern char** environ;
+#include "core/launcher/command.h"
 
 namespace chaosbed {
 namespace {
 
-constexpr int kCommandTimeoutMs = 10000;
+constexpr double kCommandTimeoutS = 10;
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -44,55 +39,10 @@ auto inNamespace(int fd, Fn fn) -> decltype(fn()) {
 }  // namespace
 
 Status EmulatedHosts::runIn(int netns_fd, const std::vector<std::string>& argv) {
-  return inNamespace(netns_fd, [&]() -> Status {
-    int err_pipe[2];
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::ioError("pipe: " + errnoText(errno));
-    net::FileDescriptor read_end(err_pipe[0]), write_end(err_pipe[1]);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, write_end.get(), 1);
-    posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    write_end.reset();
-    std::string command;
-    for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
-    if (rc != 0) return Status::unavailable("`" + command + "`: " + errnoText(rc));
-    std::string output;
-    char buf[512];
-    for (;;) {
-      pollfd p{read_end.get(), POLLIN, 0};
-      const int ready = ::poll(&p, 1, kCommandTimeoutMs);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) {
-        ::kill(pid, SIGKILL);
-        output += "(no answer in 10 s; killed)";
-        break;
-      }
-      const ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      if (output.size() < 4096) output.append(buf, size_t(n));
-    }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::ok();
-    while (!output.empty() && output.back() == '\n') output.pop_back();
-    return Status::unavailable("`" + command + "` failed: " + output);
-  });
+  return inNamespace(netns_fd, [&] { return runCommand(argv, kCommandTimeoutS); });
 }
 
 std::string EmulatedHosts::address(int host) const { return "10.200.0." + std::to_string(host + 2); }
-
-std::string EmulatedHosts::fabricPath() const {
-  return "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fabric_.get());
-}
 
 Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::create(int hosts) {
   if (hosts < 1 || hosts > kMaxHosts)

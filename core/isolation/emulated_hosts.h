@@ -39,11 +39,8 @@ class EmulatedHosts {
   std::string address(int host) const;  // "10.200.0.<host+2>"
   std::string fabricAddress() const { return "10.200.0.1"; }
   int hostFd(int host) const { return hosts_.at(size_t(host)).get(); }
-  // The fabric end of host's veth ("h<i>") and a path that names the fabric namespace for tools
-  // (`ip link ... netns PATH`, `nsenter --net=PATH`) while this object lives.
-  std::string fabricDevice(int host) const { return "h" + std::to_string(host); }
-  std::string fabricPath() const;
-  // Runs argv (argv[0] looked up in PATH) inside the fabric namespace, or host's (host >= 0); OK on exit 0.
+  std::string fabricDevice(int host) const { return "h" + std::to_string(host); }  // the fabric end of its veth
+  // Runs argv (argv[0] looked up in PATH, runCommand) inside the fabric's namespace, or a host's.
   Status runInFabric(const std::vector<std::string>& argv) const { return runIn(fabric_.get(), argv); }
   Status runInHost(int host, const std::vector<std::string>& argv) const { return runIn(hostFd(host), argv); }
   Result<net::FileDescriptor> listenInFabric(net::HostPort* bound) const;

@@ -203,8 +203,9 @@ TEST(EmulatedHostsRun, AControllerKilledMidRunLeavesNoNamespaceDeviceOrProcess) 
   EXPECT_TRUE(testing::processesMentioning(out + "/").empty()) << "node processes of the killed run are left";
   if (owner) {
     auto groups = listGroups();
-    if (groups.isOk())
+    if (groups.isOk()) {
       for (const std::string& g : *groups) EXPECT_FALSE(g.starts_with(*owner + "-")) << "cgroup group left: " << g;
+    }
   }
   const std::set<ino_t> in_use = namespacesInUse();
   for (ino_t ino : used) EXPECT_EQ(in_use.count(ino), 0u) << "network namespace " << ino << " of the run is still held";

@@ -1,0 +1,76 @@
+#include "core/launcher/command.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace chaosbed {
+
+Status runCommand(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& ok_stderr) {
+  std::string cmdline;
+  for (const std::string& a : argv) cmdline += (cmdline.empty() ? "" : " ") + a;
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    return Status::ioError(cmdline + ": fork: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(err_pipe[1], 2);
+    const int devnull = ::open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+    }
+    ::execvp(args[0], args.data());
+    const char* msg = "exec failed: ";
+    (void)!::write(2, msg, std::strlen(msg));
+    (void)!::write(2, std::strerror(errno), std::strlen(std::strerror(errno)));
+    ::_exit(127);
+  }
+  ::close(err_pipe[1]);
+  std::string err;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool timed_out = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{err_pipe[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(err_pipe[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    err.append(buf, static_cast<size_t>(got));
+  }
+  ::close(err_pipe[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  if (timed_out) return Status::timeout(cmdline + ": no exit within " + std::to_string(timeout_s) + " s");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::ok();
+  for (const std::string& s : ok_stderr)
+    if (err.find(s) != std::string::npos) return Status::ok();
+  return Status::ioError(cmdline + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                         (err.empty() ? "" : ": " + err));
+}
+
+}  // namespace chaosbed

@@ -1,0 +1,17 @@
+#pragma once
+// Runs a short-lived tool (ip, tc) to completion: what the chaos actuators and the emulated hosts use.
+
+#include <string>
+#include <vector>
+
+#include "transports/status.h"
+
+namespace chaosbed {
+
+// Runs argv (argv[0] looked up in PATH) with a deadline; OK on exit 0, else an error carrying its stderr.
+// `ok_stderr` substrings turn a failure into OK (e.g. "No such file" when deleting what is gone). The child
+// inherits the calling thread's namespaces.
+Status runCommand(const std::vector<std::string>& argv, double timeout_s,
+                  const std::vector<std::string>& ok_stderr = {});
+
+}  // namespace chaosbed
