@@ -325,6 +325,43 @@ TEST(UcxTransport, ReplacementUnderTheSameRankAfterReconnect) {
   expectAllExitZero(mp, seconds(30));
 }
 
+// The parameter server's pattern over TCP (the nodes' configuration): two clients start a request/reply
+// exchange with rank 2, which is SIGKILLed as they post their first (while UCX is still setting up its TCP
+// connections). Each client must see PeerLost and go on, never crash: with UCX 1.13's default the TCP
+// transport asserted in its progress (tcp_iface.c:307, an epoll event for an endpoint that an earlier event
+// of the same batch had closed) and aborted a client in 36 of 1,000 repetitions.
+TEST(UcxTransport, ServerKilledMidExchangeLeavesEveryClientAliveWithPeerLost) {
+  MultiProcess mp;
+  constexpr int kServer = 2;
+  ASSERT_TRUE(mp.spawnAll(3, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    std::vector<std::byte> request(8 << 10), reply(8 << 10);
+    if (c.rank() == kServer) {
+      c.report("ready");
+      for (;;) {  // killed here
+        auto r = t->irecv(kAnyPeer, 1, request);
+        if (!wait(*t, r, deadlineIn(seconds(10))).isOk()) continue;
+        (void)send(*t, r->source(), 2, reply, deadlineIn(seconds(10)));
+      }
+    }
+    for (int64_t round = 0;; ++round) {
+      std::vector<RequestPtr> ops;
+      ops.push_back(t->irecv(kServer, 2, reply));
+      ops.push_back(t->isend(kServer, 1, request));
+      if (round == 0) c.report("exchanging");
+      Status s = waitAll(*t, ops, deadlineIn(seconds(10)));
+      if (s.isOk()) continue;
+      if (s.code() != StatusCode::kPeerLost || s.peer() != kServer) return c.fail("round " + std::to_string(round) + ": " + s.toString());
+      return 0;
+    }
+  }).isOk());
+  ASSERT_TRUE(mp.waitFor(0, "exchanging", deadlineIn(seconds(30))).isOk());
+  ASSERT_TRUE(mp.waitFor(1, "exchanging", deadlineIn(seconds(30))).isOk());
+  ASSERT_TRUE(mp.signal(kServer, SIGKILL).isOk());
+  ASSERT_EQ(*mp.waitExit(kServer, deadlineIn(seconds(5))), 128 + SIGKILL);
+  expectAllExitZero(mp, seconds(30));
+}
+
 // UcxOptions::net_devices (loopback by default) keeps UCX's own listeners on 127.0.0.1, even with the
 // tcp transport forced and UCX_NET_DEVICES=all inherited from the environment; and data still flows.
 TEST(UcxTransport, ListensOnLoopbackOnlyWhateverTheEnvironmentSays) {

@@ -103,6 +103,14 @@ struct RunResult {
     return found;
   }
   double idle(const char* reason) const { return summary["idle_seconds"][reason].get<double>(); }
+  // A node's events and every process exit, a line each: what a failure message needs to be understood.
+  std::string trail(const std::string& node) const {
+    std::string lines;
+    for (const json& e : events)
+      if (e.value("node", "") == node || e.value("type", "").starts_with("node.") || e.value("type", "") == "run.stop")
+        lines += e.dump() + "\n";
+    return lines;
+  }
 };
 
 class StrategyRecovery : public ::testing::TestWithParam<Policy> {
@@ -164,6 +172,11 @@ class StrategyRecovery : public ::testing::TestWithParam<Policy> {
     EXPECT_EQ(applied[0]["kind"], "kill");
     auto exited = run.all("node.exited", killed);
     ASSERT_FALSE(exited.empty()) << killed << " did not exit";
+    // Only the kill ends a process while training runs: a survivor that dies of the fault is a bug that a
+    // replacement would hide.
+    const double stop_t = run.all("run.stop").at(0)["t"].get<double>();
+    for (const json& e : run.all("node.exited"))
+      if (e["t"].get<double>() < stop_t && e["node"] != killed) ADD_FAILURE() << "a survivor exited: " << e.dump();
     EXPECT_TRUE(exited[0]["by_chaos"].get<bool>());
     EXPECT_NE(exited[0]["how"].get<std::string>().find("SIGKILL"), std::string::npos) << exited[0].dump();
     if (p.needs_replacement) {
@@ -270,7 +283,8 @@ TEST_P(StrategyRecovery, KilledNodeRecoversAndTargetIsReached) {
     int resumed = 0;
     for (const char* w : {"worker-0", "worker-1"}) {
       auto detected = run.all("failure_detected", w);
-      ASSERT_TRUE(!detected.empty() && detected[0]["t"].get<double>() < stop_t) << w << " did not notice the lost server";
+      ASSERT_TRUE(!detected.empty() && detected[0]["t"].get<double>() < stop_t)
+          << w << " did not notice the lost server; its events:\n" << run.trail(w);
       auto recovered = run.all("recovered", w);
       // On a fast machine the other worker can reach the target before this one is back: then it waited
       // until the stop.

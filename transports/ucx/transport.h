@@ -109,6 +109,9 @@ struct UcxOptions {
 // transports; empty when `tls` names nothing else.
 std::string tlsWithoutSharedMemory(const std::string& tls);
 
+// Whether a UCX_TLS value (empty: unset, UCX's default "all") lets UCX use its tcp transport.
+bool tlsIncludesTcp(const std::string& tls);
+
 // The UCX_NET_DEVICES value the transport configures for `option` (UcxOptions::net_devices) when the
 // environment holds `user` (nullptr: unset), or "" to leave UCX's configuration alone. The option wins: the
 // environment of a node is whatever shell started `chaosbed run` (an HPC module exporting

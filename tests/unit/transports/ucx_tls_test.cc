@@ -33,6 +33,16 @@ TEST(UcxTlsWithoutSharedMemory, NothingLeftIsEmptySoTheCallerCanRefuse) {
   EXPECT_EQ(tlsWithoutSharedMemory("posix,self"), "");
 }
 
+TEST(UcxTlsIncludesTcp, ByDefaultByNameAndUnlessExcluded) {
+  EXPECT_TRUE(tlsIncludesTcp(""));
+  EXPECT_TRUE(tlsIncludesTcp("all"));
+  EXPECT_TRUE(tlsIncludesTcp("self,tcp"));
+  EXPECT_TRUE(tlsIncludesTcp("^posix,sysv,xpmem,knem,cma"));
+  EXPECT_FALSE(tlsIncludesTcp("^tcp,posix"));
+  EXPECT_FALSE(tlsIncludesTcp("rc,ud"));
+  EXPECT_FALSE(tlsIncludesTcp("tcpx"));
+}
+
 TEST(UcxNetDevices, LoopbackByDefaultWhateverTheEnvironmentSays) {
   EXPECT_EQ(UcxOptions{}.net_devices, "lo");
   bool overridden = true;
