@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 namespace chaosbed {
 namespace {
@@ -425,6 +426,11 @@ Status AsyncCheckpointWriter::flush(Deadline deadline) {
   return s;
 }
 
+std::vector<AsyncCheckpointWriter::Completed> AsyncCheckpointWriter::takeCompleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(completed_, {});
+}
+
 uint64_t AsyncCheckpointWriter::saved() const {
   std::lock_guard<std::mutex> lock(mu_);
   return saved_;
@@ -452,6 +458,7 @@ void AsyncCheckpointWriter::loop() {
     Status s = dir_.save(state);
     lock.lock();
     busy_ = false;
+    completed_.push_back({state.step, s});
     if (s.isOk()) {
       ++saved_;
     } else {

@@ -81,6 +81,7 @@ class CheckpointDir {
 // Saves into a CheckpointDir on a background thread. submit() takes the state by value (move the buffers in,
 // or pay one copy). When a save is still running, the newly submitted state waits; a later submit replaces a
 // waiting one (the newest state wins, counted in superseded()). The destructor finishes the pending saves.
+// takeCompleted() hands the caller each finished save once: only a save on disk may be announced as one.
 class AsyncCheckpointWriter {
  public:
   explicit AsyncCheckpointWriter(CheckpointDir dir);
@@ -88,7 +89,15 @@ class AsyncCheckpointWriter {
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
 
+  // One finished save: the state's step, and how the save ended.
+  struct Completed {
+    uint64_t step = 0;
+    Status status;
+  };
+
   void submit(TrainingState state);
+  // The saves finished since the last call, oldest first.
+  std::vector<Completed> takeCompleted();
   // Waits until every submitted state is saved or superseded; returns the first save error since the last
   // flush (then clears it), or Timeout at the deadline.
   Status flush(Deadline deadline);
@@ -106,6 +115,7 @@ class AsyncCheckpointWriter {
   bool busy_ = false;                     // guarded by mu_
   bool stop_ = false;                     // guarded by mu_
   Status error_;                          // guarded by mu_
+  std::vector<Completed> completed_;      // guarded by mu_
   uint64_t saved_ = 0;                    // guarded by mu_
   uint64_t failed_ = 0;                   // guarded by mu_
   uint64_t superseded_ = 0;               // guarded by mu_

@@ -184,8 +184,7 @@ class PsServer {
   int64_t last_tick_ = -1;
   std::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<AsyncCheckpointWriter> writer_;
-  uint64_t counted_saved_ = 0, counted_failed_ = 0;  // of writer_'s saves, those already in the accounting
-  void countCheckpoints();
+  void reportCheckpoints();
   SteadyClock::time_point next_checkpoint_;
   SteadyClock::time_point next_publish_;
   bool acted_on_notice_ = false;
@@ -440,6 +439,7 @@ void PsServer::publishApplied() {
 }
 
 void PsServer::maybeCheckpoint(bool force) {
+  reportCheckpoints();
   const auto now = SteadyClock::now();
   if (now >= next_publish_) {
     publishApplied();
@@ -458,15 +458,20 @@ void PsServer::maybeCheckpoint(bool force) {
                  {"offset", std::to_string(range_.offset)}};
   writer_->submit(std::move(st));
   checkpoint_version_ = version_;
-  countCheckpoints();
-  (void)ctx_.control.event("checkpoint", {{"shard", shard_}, {"version", version_}});
 }
 
-// Checkpoints count when the writer has saved them (or failed to), not when they are handed to it: a full
-// disk must show as failures.
-void PsServer::countCheckpoints() {
-  for (const uint64_t saved = writer_->saved(); counted_saved_ < saved; ++counted_saved_) ctx_.accounting.checkpoint(true);
-  for (const uint64_t failed = writer_->failed(); counted_failed_ < failed; ++counted_failed_) ctx_.accounting.checkpoint(false);
+// A checkpoint counts, and is announced, when the writer has saved it (or failed to), not when it is handed
+// to it: a replacement restores only what is on disk, and a full disk must show as failures.
+void PsServer::reportCheckpoints() {
+  for (const AsyncCheckpointWriter::Completed& c : writer_->takeCompleted()) {
+    ctx_.accounting.checkpoint(c.status.isOk());
+    if (c.status.isOk()) {
+      (void)ctx_.control.event("checkpoint", {{"shard", shard_}, {"version", c.step}});
+    } else {
+      LOG(WARNING) << "ps-" << shard_ << ": checkpoint of version " << c.step << " failed: " << c.status.toString();
+      (void)ctx_.control.event("checkpoint_failed", {{"shard", shard_}, {"version", c.step}, {"error", c.status.toString()}});
+    }
+  }
 }
 
 void PsServer::onNotice() {
@@ -477,7 +482,7 @@ void PsServer::onNotice() {
     Accounting::Timer t(ctx_.accounting, TimeCategory::kCheckpoint);
     saved = writer_->flush(deadlineIn(10s));
   }
-  countCheckpoints();
+  reportCheckpoints();
   (void)ctx_.control.event("notice_checkpoint", {{"shard", shard_}, {"version", version_}, {"saved", saved.isOk()},
                                                  {"error", saved.isOk() ? "" : saved.toString()}});
 }
@@ -508,7 +513,7 @@ Status PsServer::run() {
   maybeCheckpoint(true);
   publishApplied();
   Status flushed = writer_->flush(deadlineIn(10s));
-  countCheckpoints();
+  reportCheckpoints();
   return flushed;
 }
 

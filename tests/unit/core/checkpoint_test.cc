@@ -217,6 +217,17 @@ TEST_F(CheckpointTest, AsyncWriterSavesTheNewestState) {
     ASSERT_TRUE(writer.flush(deadlineIn(30s)).isOk());
     EXPECT_EQ(writer.saved() + writer.superseded(), 6u);
     EXPECT_GE(writer.saved(), 1u);
+    // Each finished save is handed over once, oldest first, ending with the newest state.
+    auto completed = writer.takeCompleted();
+    ASSERT_EQ(completed.size(), writer.saved());
+    for (size_t i = 0; i < completed.size(); ++i) {
+      EXPECT_TRUE(completed[i].status.isOk()) << completed[i].status.toString();
+      if (i > 0) {
+        EXPECT_GT(completed[i].step, completed[i - 1].step);
+      }
+    }
+    EXPECT_EQ(completed.back().step, 6u);
+    EXPECT_TRUE(writer.takeCompleted().empty());
   }
   auto latest = dir->loadLatestGood();
   ASSERT_TRUE(latest.isOk());
@@ -232,6 +243,10 @@ TEST_F(CheckpointTest, AsyncWriterSavesTheNewestState) {
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("sub"), std::string::npos) << s.message();
   EXPECT_TRUE(writer.flush(deadlineIn(1s)).isOk());  // reported once
+  auto completed = writer.takeCompleted();  // a failed save is never handed over as a saved one
+  ASSERT_EQ(completed.size(), 1u);
+  EXPECT_EQ(completed[0].step, 1u);
+  EXPECT_EQ(completed[0].status.code(), StatusCode::kIoError);
 }
 
 }  // namespace
