@@ -219,6 +219,12 @@ nlohmann::json StrategyResult::nodeSeconds() const {
   return out;
 }
 
+nlohmann::json StrategyResult::crashesJson() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Crash& c : crashes) out.push_back({{"node", c.node}, {"how", c.how}, {"t", c.t}});
+  return out;
+}
+
 nlohmann::json StrategyResult::faultEpisodesJson() const {
   nlohmann::json out = nlohmann::json::array();
   for (const FaultEpisode& e : fault_episodes) out.push_back(e.toJson());
@@ -268,6 +274,8 @@ nlohmann::json StrategyResult::toJson() const {
                       {"idle_seconds", idle},
                       {"idle_fraction", idleFraction()},
                       {"failures", failures},
+                      {"crashes", crashes.size()},
+                      {"crashed", crashesJson()},
                       {"recoveries", recoveries},
                       {"recovery_seconds", recovery_seconds},
                       {"recovery_episodes", recoveryEpisodes()},

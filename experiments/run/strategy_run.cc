@@ -189,9 +189,10 @@ void Supervisor::handleExits() {
     // 256 ms late once, behind a busy supervisor), and recovery and detection count from the exit itself.
     const double exited_at =
         std::max(0.0, now() - std::chrono::duration<double>(SteadyClock::now() - e.at).count());
-    bool replace_now = false;
+    bool replace_now = false, fenced = false;
     if (!e.requested) {
       MutexLock lock(exits_mu_);
+      fenced = fenced_.erase(e.name) > 0;
       markDetected(e.name, exited_at, /*declared=*/false);
       vanished_.erase(e.name);
       replace_now = replace_when_lost_.erase(e.name) > 0;
@@ -209,6 +210,12 @@ void Supervisor::handleExits() {
     auto actions = supervision_->onExit(exit, t, steps);
     if (!supervision_->isDown(*id) || e.requested) continue;  // not a failure (finished, stopped on purpose)
     LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
+    if (!exit.by_chaos && !exit.clean && !fenced) {
+      LOG(WARNING) << strategy_.label << ": " << e.name << " crashed (" << e.describe() << ") at " << t
+                   << " s: no fault of the plan did this; its log is " << e.name << ".log";
+      // "#n" as the control plane counts incarnations (predecessors), as accounting_residual_node does.
+      result_.crashes.push_back({e.name + "#" + std::to_string(e.incarnation - 1), e.describe(), t});
+    }
     if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
                                                 {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
     execute(actions);

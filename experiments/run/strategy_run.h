@@ -72,6 +72,15 @@ struct StrategyResult {
   NodeStats workers;         // summed over every worker incarnation
   NodeStats servers;         // summed over every server incarnation
   int failures = 0;          // nodes lost (faults and crashes)
+  // Processes that died during training of something neither the chaos plan nor the controller did (a
+  // signal or a non-zero exit): a bug or a machine problem, and a failure that no fault explains, which
+  // the results then count. A run whose list is not empty measured more than its faults.
+  struct Crash {
+    std::string node;  // "worker-1#0": node and incarnation
+    std::string how;   // "killed by signal 6 (SIGABRT)", "exited with code 3"
+    double t = 0;      // run seconds
+  };
+  std::vector<Crash> crashes;
   int recoveries = 0;        // failures after which training progressed again
   std::vector<double> recovery_seconds;
   std::vector<std::string> recovery_causes;  // what each episode of recovery_seconds recovered from
@@ -113,6 +122,7 @@ struct StrategyResult {
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
   nlohmann::json faultEpisodesJson() const;
+  nlohmann::json crashesJson() const;
   // The longest detection delay of a fault that ended a node (from the fault to the exit the strategy
   // saw: a kill in milliseconds, a vanish after failure_detection.timeout_s); 0 without such a fault.
   double detectionSeconds() const;

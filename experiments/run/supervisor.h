@@ -252,6 +252,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
   std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
   std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
+  std::set<std::string> fenced_ CHAOSBED_GUARDED_BY(exits_mu_);  // declared lost and SIGKILLed, not yet exited
   std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);  // replacements due, awaiting that
 
   // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it

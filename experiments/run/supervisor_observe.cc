@@ -62,6 +62,7 @@ void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
   {
     MutexLock lock(exits_mu_);
     markDetected(name, t, /*declared=*/true);
+    fenced_.insert(name);
   }
   // Fence it, as a cluster manager does before it replaces a node: its exit is then the failure the
   // strategy recovers from. A frozen v1 task dies only once thawed.

@@ -23,7 +23,7 @@ const std::vector<std::string>& metricNames() {
       "idle_server_seconds", "idle_recovery_seconds", "idle_fraction",  "failures",
       "recoveries",       "faults_applied",      "chaos_leaks",         "checkpoints_written",
       "checkpoint_failures", "longest_stall_seconds", "tta_sustained_seconds", "paused_seconds",
-      "accounting_residual", "detection_seconds", "checkpoint_seconds"};
+      "accounting_residual", "detection_seconds", "checkpoint_seconds", "crashes"};
   return kNames;
 }
 const std::vector<std::string>& predicateNames() {

@@ -10,6 +10,7 @@
 // loaded machine the kill may come before the first step; that start-up path must recover just the same.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -177,6 +178,7 @@ class StrategyRecovery : public ::testing::TestWithParam<Policy> {
     const double stop_t = run.all("run.stop").at(0)["t"].get<double>();
     for (const json& e : run.all("node.exited"))
       if (e["t"].get<double>() < stop_t && e["node"] != killed) ADD_FAILURE() << "a survivor exited: " << e.dump();
+    EXPECT_EQ(s["crashes"].get<int>(), 0) << s["crashed"].dump();
     EXPECT_TRUE(exited[0]["by_chaos"].get<bool>());
     EXPECT_NE(exited[0]["how"].get<std::string>().find("SIGKILL"), std::string::npos) << exited[0].dump();
     if (p.needs_replacement) {
@@ -313,6 +315,49 @@ INSTANTIATE_TEST_SUITE_P(
                       Policy{"ps_shard_restart", "name: parameter_server, on_server_failure: shard_restart", true, true, 0.02, 0.5, 3e-4},
                       Policy{"ps_job_restart", "name: parameter_server, on_server_failure: job_restart", true, true, 0.02, 0.5, 3e-4}),
     [](const ::testing::TestParamInfo<Policy>& info) { return std::string(info.param.name); });
+
+// A process that dies of something no fault of the plan did (here a SIGSEGV sent by hand, as a bug would) is
+// a crash: summary.json lists it with its incarnation and signal, apart from the faults, and the run goes on
+// (mirrored restart brings it back).
+TEST(UnplannedCrash, IsListedInTheSummaryApartFromTheFaultsAndTheRunGoesOn) {
+  if (!std::filesystem::exists(testing::chaosbedBinary())) GTEST_SKIP() << "chaosbed binary not built";
+  const std::string dir = testing::makeTempDir("unplanned-crash");
+  ASSERT_FALSE(dir.empty());
+  // A target it cannot reach: the run lasts its time limit, long after the crash.
+  std::ofstream(dir + "/spec.yaml") << "apiVersion: chaosbed/v1alpha1\nkind: Experiment\nmetadata: {name: crash}\n"
+                                       "seed: 7\ncluster: {workers: 2, servers: 1, cpu_per_node: 0, hosts: local}\n"
+                                       "model: {kind: mlp, layers: [32, 32, 4]}\n"
+                                       "data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}\n"
+                                       "training: {batch_per_worker: 32, learning_rate: 1e-5, target_accuracy: 1.0,\n"
+                                       "           time_limit_s: 8, eval_interval_s: 0.25, checkpoint_interval_s: 0.2}\n"
+                                       "strategies:\n  - {name: mirrored, on_failure: restart, label: m}\n";
+  const std::string out = dir + "/out";
+  testing::Command cmd({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=127.0.0.1:0"});
+  // The first progress line: training runs.
+  ASSERT_TRUE(cmd.waitForLine("[m]", deadlineIn(60s)).has_value()) << cmd.output();
+  pid_t victim = -1;
+  for (pid_t pid : testing::processesMentioning(out)) {
+    std::string environ = testing::readFile("/proc/" + std::to_string(pid) + "/environ");
+    std::replace(environ.begin(), environ.end(), '\0', '\n');
+    if (("\n" + environ).find("\nCHAOSBED_NODE=worker-1\n") != std::string::npos) victim = pid;
+  }
+  ASSERT_GT(victim, 0) << "no process of worker-1";
+  ASSERT_EQ(::kill(victim, SIGSEGV), 0);
+  auto code = cmd.wait(deadlineIn(120s));
+  ASSERT_TRUE(code.has_value()) << cmd.output();
+  ASSERT_EQ(*code, 0) << cmd.output();
+
+  const json s = json::parse(testing::readFile(out + "/summary.json"))["strategies"]["m"];
+  SCOPED_TRACE(s.dump(2));
+  EXPECT_EQ(s["faults_applied"].get<int>(), 0);
+  ASSERT_EQ(s["crashes"].get<int>(), 1);
+  EXPECT_EQ(s["crashed"][0]["node"], "worker-1#0");
+  EXPECT_NE(s["crashed"][0]["how"].get<std::string>().find("SIGSEGV"), std::string::npos);
+  EXPECT_GT(s["crashed"][0]["t"].get<double>(), 0);
+  EXPECT_GE(s["failures"].get<int>(), 1) << "a crash is a failure the strategy recovers from";
+  EXPECT_GT(s["steps"].get<int64_t>(), 0);
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace chaosbed
