@@ -436,11 +436,6 @@ uint64_t AsyncCheckpointWriter::saved() const {
   return saved_;
 }
 
-uint64_t AsyncCheckpointWriter::failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return failed_;
-}
-
 uint64_t AsyncCheckpointWriter::superseded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return superseded_;
@@ -461,9 +456,8 @@ void AsyncCheckpointWriter::loop() {
     completed_.push_back({state.step, s});
     if (s.isOk()) {
       ++saved_;
-    } else {
-      ++failed_;
-      if (error_.isOk()) error_ = s;
+    } else if (error_.isOk()) {
+      error_ = s;
     }
     cv_.notify_all();
   }

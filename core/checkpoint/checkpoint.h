@@ -102,7 +102,6 @@ class AsyncCheckpointWriter {
   // flush (then clears it), or Timeout at the deadline.
   Status flush(Deadline deadline);
   uint64_t saved() const;
-  uint64_t failed() const;  // saves that returned an error
   uint64_t superseded() const;
 
  private:
@@ -117,7 +116,6 @@ class AsyncCheckpointWriter {
   Status error_;                          // guarded by mu_
   std::vector<Completed> completed_;      // guarded by mu_
   uint64_t saved_ = 0;                    // guarded by mu_
-  uint64_t failed_ = 0;                   // guarded by mu_
   uint64_t superseded_ = 0;               // guarded by mu_
   std::thread thread_;
 };

@@ -94,8 +94,7 @@ Status UcxTransport::init() {
   // UCX 1.13's TCP transport handles a batch of epoll events in one go; when an event of the batch closes
   // an endpoint whose event comes later in it (a peer that dies while the connection is being set up), it
   // asserts and aborts the process: a survivor killed by its peer's death. One event per poll leaves no
-  // stale event behind (3.6% of SIGKILLs of a server at its clients' first exchange aborted a client, 0 of
-  // 2,500 with it; all-reduce bandwidth unchanged). It wins over the environment, like NET_DEVICES. UCX 1.13
+  // stale event behind (the figures: docs/design.md 2.5). It wins over the environment, like NET_DEVICES. UCX 1.13
   // matches the key against each transport's own table: "MAX_POLL" (tcp's, and cuda_copy's and cuda_ipc's
   // event polls, which host-memory transfers do not use).
   if (tlsIncludesTcp(tls)) {
@@ -506,37 +505,49 @@ std::string netDevicesFor(const std::string& option, const char* user, bool* ove
   return option;
 }
 
+namespace {
+
+// A UCX_TLS value as UCX reads it: an exclusion list ("^a,b"; also the default, empty or "all", which
+// excludes nothing) or the names it allows.
+struct TlsList {
+  bool exclude = false;
+  std::vector<std::string> names;
+};
+
+TlsList parseTls(const std::string& tls) {
+  TlsList list;
+  list.exclude = tls.empty() || tls == "all" || tls[0] == '^';
+  for (size_t begin = !tls.empty() && tls[0] == '^' ? 1 : 0; begin < tls.size() && tls != "all";) {
+    const size_t end = std::min(tls.find(',', begin), tls.size());
+    if (end > begin) list.names.push_back(tls.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return list;
+}
+
+}  // namespace
+
 std::string tlsWithoutSharedMemory(const std::string& tls) {
   // UCX 1.13's shared-memory transports; the aliases "mm", "sm" and "shm" name only these.
   static const std::vector<std::string> kShared = {"posix", "sysv", "xpmem", "knem", "cma"};
   auto shared = [](const std::string& n) {
     return n == "mm" || n == "sm" || n == "shm" || std::find(kShared.begin(), kShared.end(), n) != kShared.end();
   };
-  const bool exclude = tls.empty() || tls == "all" || tls[0] == '^';
-  std::vector<std::string> names;
-  for (size_t begin = !tls.empty() && tls[0] == '^' ? 1 : 0; begin < tls.size() && tls != "all";) {
-    size_t end = std::min(tls.find(',', begin), tls.size());
-    if (end > begin && !shared(tls.substr(begin, end - begin))) names.push_back(tls.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  if (exclude) names.insert(names.end(), kShared.begin(), kShared.end());
-  if (names.empty() || (!exclude && std::all_of(names.begin(), names.end(), [](auto& n) { return n == "self"; })))
+  TlsList list = parseTls(tls);
+  std::erase_if(list.names, shared);
+  if (list.exclude) list.names.insert(list.names.end(), kShared.begin(), kShared.end());
+  if (list.names.empty() ||
+      (!list.exclude && std::all_of(list.names.begin(), list.names.end(), [](auto& n) { return n == "self"; })))
     return "";
-  std::string out = exclude ? "^" : "";
-  for (size_t i = 0; i < names.size(); ++i) out += (i > 0 ? "," : "") + names[i];
+  std::string out = list.exclude ? "^" : "";
+  for (size_t i = 0; i < list.names.size(); ++i) out += (i > 0 ? "," : "") + list.names[i];
   return out;
 }
 
 bool tlsIncludesTcp(const std::string& tls) {
-  const bool exclude = tls.empty() || tls == "all" || tls[0] == '^';
-  for (size_t begin = !tls.empty() && tls[0] == '^' ? 1 : 0; begin < tls.size();) {
-    const size_t end = std::min(tls.find(',', begin), tls.size());
-    const std::string name = tls.substr(begin, end - begin);
-    if (name == "tcp") return !exclude;
-    if (name == "all") return true;
-    begin = end + 1;
-  }
-  return exclude;
+  const TlsList list = parseTls(tls);
+  const bool named = std::any_of(list.names.begin(), list.names.end(), [](auto& n) { return n == "tcp" || n == "all"; });
+  return list.exclude ? !named : named;
 }
 
 Result<std::unique_ptr<Transport>> createUcxTransport(Store& store, const UcxOptions& options) {
