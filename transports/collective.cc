@@ -16,6 +16,8 @@ static_assert(1 + kEpochBits + kOpBits + kStepBits == kUserTagBits, "collective 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // The plain loop that GCC and Clang vectorise at -O3; __restrict tells them the buffers don't overlap.
+// Training-size buffers sit in cache, where the vector width counts: one clone per ISA, picked at load time.
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void addInto(float* __restrict dst, const float* __restrict src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
