@@ -12,27 +12,35 @@
 
 namespace chaosbed {
 
-Status runCommand(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& ok_stderr) {
+Status runCommand(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& ok_stderr,
+                  std::string* out) {
   std::string cmdline;
   for (const std::string& a : argv) cmdline += (cmdline.empty() ? "" : " ") + a;
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+  int out_pipe[2] = {-1, -1};
+  if (out && ::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+  }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) {
-    ::close(err_pipe[0]);
-    ::close(err_pipe[1]);
+    for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]})
+      if (fd >= 0) ::close(fd);
     return Status::ioError(cmdline + ": fork: " + std::strerror(errno));
   }
   if (pid == 0) {
     ::dup2(err_pipe[1], 2);
-    const int devnull = ::open("/dev/null", O_RDWR);
+    const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull >= 0) {
       ::dup2(devnull, 0);
       ::dup2(devnull, 1);
     }
+    if (out_pipe[1] >= 0) ::dup2(out_pipe[1], 1);
     ::execvp(args[0], args.data());
     const char* msg = "exec failed: ";
     (void)!::write(2, msg, std::strlen(msg));
@@ -40,26 +48,36 @@ Status runCommand(const std::vector<std::string>& argv, double timeout_s, const 
     ::_exit(127);
   }
   ::close(err_pipe[1]);
+  if (out_pipe[1] >= 0) ::close(out_pipe[1]);
   std::string err;
+  // Read both pipes until both reach EOF (the child and whatever it left holding them have exited).
+  pollfd fds[2] = {{err_pipe[0], POLLIN, 0}, {out_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&err, out};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool timed_out = false;
-  while (true) {
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
     }
-    pollfd p{err_pipe[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    char buf[512];
-    const ssize_t got = ::read(err_pipe[0], buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    err.append(buf, static_cast<size_t>(got));
+    const int n = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (n <= 0) continue;  // EINTR, or the deadline: checked above
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buf[512];
+      const ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;  // poll ignores negative descriptors
+        continue;
+      }
+      sinks[i]->append(buf, static_cast<size_t>(got));
+    }
   }
-  ::close(err_pipe[0]);
+  for (const pollfd& p : fds)
+    if (p.fd >= 0) ::close(p.fd);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

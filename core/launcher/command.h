@@ -10,8 +10,9 @@ namespace chaosbed {
 
 // Runs argv (argv[0] looked up in PATH) with a deadline; OK on exit 0, else an error carrying its stderr.
 // `ok_stderr` substrings turn a failure into OK (e.g. "No such file" when deleting what is gone). The child
-// inherits the calling thread's namespaces.
+// inherits the calling thread's namespaces. `out`, when given, receives its standard output (else it goes
+// to /dev/null).
 Status runCommand(const std::vector<std::string>& argv, double timeout_s,
-                  const std::vector<std::string>& ok_stderr = {});
+                  const std::vector<std::string>& ok_stderr = {}, std::string* out = nullptr);
 
 }  // namespace chaosbed

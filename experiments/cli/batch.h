@@ -23,6 +23,7 @@ class Batch {
   // `progress`: the run's live progress and table go there (nullptr: silent).
   sweep::PointRunner runner(FILE* progress);
   bool interrupted() const { return interrupted_.load(); }
+  const std::atomic<bool>* interruptFlag() const { return &interrupted_; }
   int interruptedExitCode() const;  // 143 after SIGTERM, else 130
 
  private:

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -69,6 +70,20 @@ bool waitForQuiet(double max_wait_s, FILE* progress) {
   }
 }
 
+namespace {
+
+// Which Slurm job (array task) ran this, so that a result can be traced to its job's log and accounting.
+std::string slurmJob() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::string(v).substr(0, 32) : std::string();
+  };
+  const std::string array = env("SLURM_ARRAY_JOB_ID"), task = env("SLURM_ARRAY_TASK_ID");
+  return !array.empty() && !task.empty() ? array + "_" + task : env("SLURM_JOB_ID");
+}
+
+}  // namespace
+
 Provenance Provenance::atStart() {
   Provenance p;
   const BuildInfo b = buildInfo();
@@ -82,6 +97,7 @@ Provenance Provenance::atStart() {
   p.load1_at_start = loadAverage1();
   p.quiet = p.load1_at_start >= 0 && p.cores > 0 && p.load1_at_start <= 0.5 * p.cores;
   p.command_line = commandLine();
+  p.slurm_job = slurmJob();
   p.started_at = utcNow();
   return p;
 }
@@ -103,6 +119,7 @@ nlohmann::json Provenance::toJson() const {
           {"host", host},             {"cpu_model", cpu_model},     {"cores", cores},
           {"load1_at_start", load1_at_start}, {"quiet", quiet},     {"command_line", command_line},
           {"load1_at_end", load1_at_end < 0 ? nlohmann::json(nullptr) : nlohmann::json(load1_at_end)},
+          {"slurm_job", slurm_job.empty() ? nlohmann::json(nullptr) : nlohmann::json(slurm_job)},
           {"spec_sha256", spec_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(spec_sha256)},
           {"started_at", started_at}, {"ended_at", ended_at.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended_at)}};
 }

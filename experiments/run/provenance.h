@@ -31,6 +31,7 @@ struct Provenance {
   bool quiet = true;           // load1_at_start <= cores / 2
   std::string spec_sha256;     // of the resolved spec (spec.yaml), when a run sets it
   std::string command_line;    // of this process
+  std::string slurm_job;       // "<job>" or "<array job>_<task>" when run by Slurm, else empty
   std::string started_at, ended_at;  // UTC, ISO 8601
 
   static Provenance atStart();

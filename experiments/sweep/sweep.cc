@@ -412,30 +412,56 @@ bool pointComplete(const std::string& dir) {
   return j.is_object() && j.contains("complete") && j["complete"].is_boolean() && j["complete"].get<bool>();
 }
 
-Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner) {
-  CHAOSBED_ASSIGN_OR_RETURN(spec::ExperimentSpec base, spec::loadExperimentSpec(options.spec_path));
-  const std::vector<PlannedPoint> plan = planSweep(base);
-  // Validate every point before running any, so a bad grid value fails fast.
+namespace {
+
+// The spec, its points in run order, and each point's spec (overrides applied, strategies in its order).
+struct LoadedSweep {
+  spec::ExperimentSpec base;
+  std::vector<PlannedPoint> plan;
   std::vector<spec::ExperimentSpec> specs;
-  const std::vector<int64_t> seeds = base.sweep && !base.sweep->seeds.empty() ? base.sweep->seeds
-                                                                              : std::vector<int64_t>{base.seed};
-  for (const PlannedPoint& p : plan) {
+};
+
+// Validates every point before any runs, so that a bad grid value fails fast.
+Result<LoadedSweep> loadSweep(const SweepOptions& options) {
+  LoadedSweep sweep;
+  CHAOSBED_ASSIGN_OR_RETURN(sweep.base, spec::loadExperimentSpec(options.spec_path));
+  sweep.plan = planSweep(sweep.base);
+  const std::vector<int64_t> seeds = sweep.base.sweep && !sweep.base.sweep->seeds.empty() ? sweep.base.sweep->seeds
+                                                                                          : std::vector<int64_t>{sweep.base.seed};
+  for (const PlannedPoint& p : sweep.plan) {
     auto s = spec::loadExperimentSpec(options.spec_path, p.assignments());
     if (!s.isOk()) return s.status().withContext("sweep point " + p.id);
     // Interleaved: odd seed positions run the strategies in the reverse order.
     const auto at = std::find(seeds.begin(), seeds.end(), p.seed) - seeds.begin();
     if (at % 2 == 1) std::reverse(s->strategies.begin(), s->strategies.end());
-    specs.push_back(std::move(*s));
+    sweep.specs.push_back(std::move(*s));
   }
   std::error_code ec;
   fs::create_directories(options.out_dir + "/points", ec);
   if (ec) return Status::ioError("cannot create " + options.out_dir + "/points: " + ec.message());
+  return sweep;
+}
 
+// Runs point i afresh: an incomplete point starts over, since its events.jsonl is appended to and half a run
+// is no measurement.
+Result<bool> runPoint(const SweepOptions& options, const LoadedSweep& sweep, size_t i, const PointRunner& runner) {
+  const std::string dir = options.out_dir + "/points/" + sweep.plan[i].id;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return runner(sweep.specs[i], dir);
+}
+
+Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep& sweep, SweepOutcome out);
+
+}  // namespace
+
+Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner) {
+  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  const std::vector<PlannedPoint>& plan = sweep.plan;
   SweepOutcome out;
   out.points = int(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
-    const std::string dir = options.out_dir + "/points/" + plan[i].id;
-    if (pointComplete(dir)) {
+    if (pointComplete(options.out_dir + "/points/" + plan[i].id)) {
       ++out.resumed;
       if (options.progress) std::fprintf(options.progress, "sweep [%zu/%zu] %s: complete, not rerun\n", i + 1, plan.size(), plan[i].id.c_str());
       continue;
@@ -445,9 +471,7 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
                    plan[i].group.c_str(), static_cast<long long>(plan[i].seed));
       std::fflush(options.progress);
     }
-    // An incomplete point starts over: its events.jsonl is appended to, and half a run is no measurement.
-    fs::remove_all(dir, ec);
-    auto r = runner(specs[i], dir);
+    auto r = runPoint(options, sweep, i, runner);
     ++out.ran;
     if (!r.isOk() || !*r) {
       ++out.failed;
@@ -457,7 +481,42 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       if (!r.isOk() && r.status().code() == StatusCode::kCancelled) break;
     }
   }
+  return writeResults(options, sweep, out);
+}
 
+Result<bool> runSweepPoint(const SweepOptions& options, const std::string& point_id, const PointRunner& runner) {
+  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  for (size_t i = 0; i < sweep.plan.size(); ++i)
+    if (sweep.plan[i].id == point_id) return runPoint(options, sweep, i, runner);
+  return Status::notFound("sweep point '" + point_id + "' is not a point of " + options.spec_path +
+                          " (was the spec edited after the sweep was planned?)");
+}
+
+Result<std::vector<PlannedPoint>> pendingPoints(const SweepOptions& options) {
+  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  std::vector<PlannedPoint> pending;
+  for (const PlannedPoint& p : sweep.plan)
+    if (!pointComplete(options.out_dir + "/points/" + p.id)) pending.push_back(p);
+  return pending;
+}
+
+Result<SweepOutcome> gatherSweep(const SweepOptions& options, int ran) {
+  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  SweepOutcome out;
+  out.points = int(sweep.plan.size());
+  out.ran = ran;
+  for (const PlannedPoint& p : sweep.plan)
+    if (!pointComplete(options.out_dir + "/points/" + p.id)) ++out.failed;
+  out.resumed = out.points - ran;
+  return writeResults(options, sweep, out);
+}
+
+namespace {
+
+Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep& sweep, SweepOutcome out) {
+  const spec::ExperimentSpec& base = sweep.base;
+  const std::vector<PlannedPoint>& plan = sweep.plan;
+  const std::vector<spec::ExperimentSpec>& specs = sweep.specs;
   // Collect: labels in spec order.
   std::vector<std::string> labels, mirrored_labels;
   std::string ps_label, m_label;
@@ -612,5 +671,7 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace chaosbed::sweep

@@ -133,6 +133,14 @@ struct SweepOutcome {
 // overrides are InvalidArgument (naming the point); a failed point does not stop the sweep.
 Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner);
 
+// The pieces of runSweep for executors that run points elsewhere (experiments/sweep/slurm.h): the points
+// not complete yet, in run order (every point validated first); one point run afresh into its directory by
+// `runner` (an array task); and sweep.csv and crossover.svg written from the points' directories, where
+// `ran` points were handed to the executor and every point not complete counts as failed.
+Result<std::vector<PlannedPoint>> pendingPoints(const SweepOptions& options);
+Result<bool> runSweepPoint(const SweepOptions& options, const std::string& point_id, const PointRunner& runner);
+Result<SweepOutcome> gatherSweep(const SweepOptions& options, int ran);
+
 // True when dir/summary.json exists and says "complete": true.
 bool pointComplete(const std::string& dir);
 
