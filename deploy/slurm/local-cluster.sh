@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # A one-machine Slurm cluster for trying chaosbed's Slurm path and for its tests: munged with its own key,
 # slurmctld and slurmd, every file under DIR, nothing in /etc touched.
-#   local-cluster.sh start DIR   starts it (ports picked free) and waits until the node is idle; prints
+#   local-cluster.sh start DIR   starts it in DIR (new or empty; ports picked free) and waits until the node is idle; prints
 #                                `export SLURM_CONF=DIR/slurm.conf`, which every Slurm command then needs
-#   local-cluster.sh stop DIR    stops the daemons and cancels what is left
+#   local-cluster.sh stop DIR    stops the daemons (their logs stay in DIR)
 # Needs root (slurmd runs jobs as their user) and Debian's slurm-wlm and munge packages
 # (scripts/install-deps.sh --with-slurm). Exit: 0 started/stopped, 1 failed (the daemons' logs are in DIR), 4
-# Slurm or munge is not installed.
+# it cannot run here (Slurm or munge not installed, not root).
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
@@ -37,11 +37,16 @@ esac
 for tool in munged slurmctld slurmd sinfo; do
   command -v "$tool" >/dev/null || { echo "local-cluster: $tool not found: scripts/install-deps.sh --with-slurm" >&2; exit 4; }
 done
-[ "$(id -u)" -eq 0 ] || { echo "local-cluster: slurmd must run as root" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || { echo "local-cluster: slurmd must run as root" >&2; exit 4; }
 
 # A free TCP port on loopback, from the kernel.
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# A fresh directory of our own: as root, never write through a symlink or into files someone else prepared.
+if [ -L "$dir" ] || { [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; }; then
+  echo "local-cluster: $dir exists and is not an empty directory (stop the old cluster and remove it first)" >&2
+  exit 1
+fi
 mkdir -p "$dir"/{state,spool,munge}
 chmod 0700 "$dir" "$dir/munge"
 # munged refuses a key that others can read, and so should we: it signs every Slurm message.
@@ -80,6 +85,8 @@ CONF
 export SLURM_CONF=$dir/slurm.conf
 
 trap 'echo "local-cluster: start failed; logs in $dir" >&2; stop' ERR
+# --force: munged wants its socket reachable by every user (as /run/munge is); this one sits in a private
+# directory on purpose, since only root uses this cluster.
 munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" --pid-file="$dir/munged.pid" \
   --log-file="$dir/munged.log" --seed-file="$dir/munge/munge.seed" --force
 slurmctld -i

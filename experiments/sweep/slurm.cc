@@ -118,7 +118,7 @@ Result<SweepOutcome> runSweepOnSlurm(const SweepOptions& given, const SlurmOptio
   CHAOSBED_ASSIGN_OR_RETURN(std::vector<PlannedPoint> pending, pendingPoints(options));
   if (pending.empty()) {
     if (options.progress) std::fprintf(options.progress, "sweep: every point is complete; nothing to submit\n");
-    return gatherSweep(options, 0);
+    return gatherSweep(options, {});
   }
   std::string ids;
   for (const PlannedPoint& p : pending) ids += p.id + "\n";
@@ -132,7 +132,8 @@ Result<SweepOutcome> runSweepOnSlurm(const SweepOptions& given, const SlurmOptio
   argv.insert(argv.end(), slurm.sbatch_args.begin(), slurm.sbatch_args.end());
   argv.push_back(script);
   std::string out;
-  CHAOSBED_RETURN_IF_ERROR(runCommand(argv, kToolTimeoutS, {}, &out));
+  if (Status s = runCommand(argv, kToolTimeoutS, {}, &out); !s.isOk())
+    return s.withContext("submitting the sweep's job array (is Slurm installed here, and SLURM_CONF right?)");
   const std::string job = out.substr(0, out.find_first_of(";\n"));
   if (job.empty() || job.find_first_not_of("0123456789") != std::string::npos)
     return Status::ioError("sbatch printed '" + out + "', not a job id");
@@ -148,7 +149,9 @@ Result<SweepOutcome> runSweepOnSlurm(const SweepOptions& given, const SlurmOptio
     if (!pointComplete(options.out_dir + "/points/" + pending[i].id) && options.progress)
       std::fprintf(options.progress, "sweep: point %s did not complete; see %s/task-%zu.log\n", pending[i].id.c_str(),
                    dir.c_str(), i);
-  return gatherSweep(options, int(pending.size()));
+  std::vector<std::string> ran;
+  for (const PlannedPoint& p : pending) ran.push_back(p.id);
+  return gatherSweep(options, ran);
 }
 
 }  // namespace chaosbed::sweep

@@ -486,28 +486,43 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
 
 Result<bool> runSweepPoint(const SweepOptions& options, const std::string& point_id, const PointRunner& runner) {
   CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
-  for (size_t i = 0; i < sweep.plan.size(); ++i)
-    if (sweep.plan[i].id == point_id) return runPoint(options, sweep, i, runner);
+  for (size_t i = 0; i < sweep.plan.size(); ++i) {
+    if (sweep.plan[i].id != point_id) continue;
+    // As in runSweep: a complete point is a result, not to be run again (a re-applied Job, a requeued task).
+    if (pointComplete(options.out_dir + "/points/" + point_id)) {
+      if (options.progress) std::fprintf(options.progress, "sweep: point %s: complete, not rerun\n", point_id.c_str());
+      return true;
+    }
+    return runPoint(options, sweep, i, runner);
+  }
   return Status::notFound("sweep point '" + point_id + "' is not a point of " + options.spec_path +
                           " (was the spec edited after the sweep was planned?)");
 }
 
-Result<std::vector<PlannedPoint>> pendingPoints(const SweepOptions& options) {
+Result<std::vector<PlannedPoint>> plannedPoints(const SweepOptions& options) {
   CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  return sweep.plan;
+}
+
+Result<std::vector<PlannedPoint>> pendingPoints(const SweepOptions& options) {
+  CHAOSBED_ASSIGN_OR_RETURN(std::vector<PlannedPoint> plan, plannedPoints(options));
   std::vector<PlannedPoint> pending;
-  for (const PlannedPoint& p : sweep.plan)
+  for (const PlannedPoint& p : plan)
     if (!pointComplete(options.out_dir + "/points/" + p.id)) pending.push_back(p);
   return pending;
 }
 
-Result<SweepOutcome> gatherSweep(const SweepOptions& options, int ran) {
+Result<SweepOutcome> gatherSweep(const SweepOptions& options, const std::vector<std::string>& ran) {
   CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
   SweepOutcome out;
   out.points = int(sweep.plan.size());
-  out.ran = ran;
-  for (const PlannedPoint& p : sweep.plan)
-    if (!pointComplete(options.out_dir + "/points/" + p.id)) ++out.failed;
-  out.resumed = out.points - ran;
+  out.ran = int(ran.size());
+  for (const PlannedPoint& p : sweep.plan) {
+    if (!pointComplete(options.out_dir + "/points/" + p.id))
+      ++out.failed;
+    else if (std::find(ran.begin(), ran.end(), p.id) == ran.end())
+      ++out.resumed;
+  }
   return writeResults(options, sweep, out);
 }
 

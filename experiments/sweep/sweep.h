@@ -133,13 +133,17 @@ struct SweepOutcome {
 // overrides are InvalidArgument (naming the point); a failed point does not stop the sweep.
 Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner);
 
-// The pieces of runSweep for executors that run points elsewhere (experiments/sweep/slurm.h): the points
-// not complete yet, in run order (every point validated first); one point run afresh into its directory by
-// `runner` (an array task); and sweep.csv and crossover.svg written from the points' directories, where
-// `ran` points were handed to the executor and every point not complete counts as failed.
+// The pieces of runSweep for executors that run points elsewhere (a Slurm job array, experiments/sweep/
+// slurm.h; a Kubernetes Indexed Job): every point in run order, each validated (a point's index here is its
+// array or job index); the points not complete yet; one point run afresh into its directory by `runner`
+// (unless it is complete already: then it is not run again);
+// and sweep.csv and crossover.svg written from the points' directories, where `ran` names the points handed
+// to the executor by this call (run now), a complete point not among them counts as already complete, and
+// every point not complete counts as failed.
+Result<std::vector<PlannedPoint>> plannedPoints(const SweepOptions& options);
 Result<std::vector<PlannedPoint>> pendingPoints(const SweepOptions& options);
 Result<bool> runSweepPoint(const SweepOptions& options, const std::string& point_id, const PointRunner& runner);
-Result<SweepOutcome> gatherSweep(const SweepOptions& options, int ran);
+Result<SweepOutcome> gatherSweep(const SweepOptions& options, const std::vector<std::string>& ran);
 
 // True when dir/summary.json exists and says "complete": true.
 bool pointComplete(const std::string& dir);

@@ -2,8 +2,8 @@
 // (deploy/slurm/local-cluster.sh: munged, slurmctld and slurmd, every file in a temporary directory). An
 // experiment runs as a batch job through srun (deploy/slurm/chaosbed.sbatch), and a two-point sweep runs as
 // a job array (`chaosbed sweep --executor slurm`): interrupted (the job is cancelled), run again to the end,
-// and run a third time, which submits nothing. Skipped,
-// with the reason, where Slurm is not installed or cannot start here.
+// and run a third time, which submits nothing. Skipped, with the reason, where Slurm cannot run here (not
+// installed, not root); a cluster that is installed but fails to start is a failure.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -36,9 +36,14 @@ class Slurm : public ::testing::Test {
     dir_ = new std::string(testing::makeTempDir("slurm"));
     testing::Command start({kClusterScript, "start", *dir_ + "/cluster"});
     auto code = start.wait(deadlineIn(60s));
+    // Exit 4: Slurm cannot run here (not installed, not root): skip. Any other failure is a failure.
+    if (code && *code == 4) {
+      *skip_ = "no local Slurm cluster: " + start.output();
+      return;
+    }
     if (!code || *code != 0) {
-      *skip_ = "no local Slurm cluster (" + (code ? "exit " + std::to_string(*code) : std::string("no exit in 60 s")) +
-               "): " + start.output();
+      *start_error_ = "deploy/slurm/local-cluster.sh start failed (" +
+                      (code ? "exit " + std::to_string(*code) : std::string("no exit in 60 s")) + "): " + start.output();
       return;
     }
     ::setenv("SLURM_CONF", (*dir_ + "/cluster/slurm.conf").c_str(), 1);
@@ -51,6 +56,7 @@ class Slurm : public ::testing::Test {
   }
   void SetUp() override {
     if (!skip_->empty()) GTEST_SKIP() << *skip_;
+    ASSERT_TRUE(start_error_->empty()) << *start_error_;
   }
 
   // The tiny scenario (seconds per run) with its results under `out`.
@@ -66,6 +72,7 @@ class Slurm : public ::testing::Test {
   static inline std::string* dir_ = nullptr;
   static inline const std::string sbatch_ = "/usr/bin/sbatch";  // Debian's slurm-client
   static inline std::string* skip_ = new std::string;
+  static inline std::string* start_error_ = new std::string;
 };
 
 TEST_F(Slurm, ExperimentRunsAsABatchJobThroughSrun) {
