@@ -77,6 +77,8 @@ SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
+# Bind to the node's address (127.0.0.1 below), not to every interface.
+CommunicationParameters=NoInAddrAny
 ReturnToService=2
 SchedulerParameters=sched_interval=1
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
