@@ -238,11 +238,13 @@ TEST_F(StoreFixture, AppendNumbersEntriesAndReadListReturnsWhatExists) {
   EXPECT_FALSE(*store_->contains("list")) << "lists live apart from keys";
 }
 
-// A TCP relay in front of the store that cuts the handshake of the connection numbered `cut` (from 1) right
-// after the server's greeting, as the server does to a client that does not answer within its 2 s.
+// A TCP relay in front of the store that cuts the handshakes of the connections numbered `cut` to
+// `last_cut` (from 1) right after the server's greeting, as the server does to a client that does not
+// answer within its 2 s.
 class HandshakeCutter {
  public:
-  HandshakeCutter(const std::string& upstream, int cut) : upstream_(*net::parseHostPort(upstream)), cut_(cut) {
+  HandshakeCutter(const std::string& upstream, int cut, int last_cut)
+      : upstream_(*net::parseHostPort(upstream)), cut_(cut), last_cut_(last_cut) {
     net::HostPort bound;
     listener_ = std::move(net::listenTcp(*net::parseHostPort("127.0.0.1:0"), &bound).value());
     address_ = bound.toString();
@@ -270,7 +272,7 @@ class HandshakeCutter {
       auto server = net::connectTcp(upstream_, deadlineIn(seconds(5)), false);
       if (!server.isOk()) return;
       relays_.emplace_back([this, number, c = std::move(*client), s = std::move(*server)]() mutable {
-        if (number == cut_) {
+        if (number >= cut_ && number <= last_cut_) {
           std::string greeting(36, '\0');
           if (net::readAll(s.get(), std::as_writable_bytes(std::span(greeting)), deadlineIn(seconds(5))).isOk())
             (void)net::writeAll(c.get(), std::as_bytes(std::span(greeting)), deadlineIn(seconds(5)));
@@ -296,7 +298,7 @@ class HandshakeCutter {
   }
 
   net::HostPort upstream_;
-  const int cut_;
+  const int cut_, last_cut_;
   net::FileDescriptor listener_;
   std::string address_;
   std::atomic<bool> stop_{false};
@@ -306,11 +308,11 @@ class HandshakeCutter {
   std::thread thread_;
 };
 
-TEST_F(StoreFixture, AHandshakeTheServerCutIsNotALostServer) {
+TEST_F(StoreFixture, AHandshakeTheServerCutIsTriedAgainWithinTheCall) {
   // Connection 1 is the client's first; the blocked get below keeps it busy, so the set opens connection 2,
-  // whose handshake is cut. A paused node meets this when it wakes: it must not conclude the controller is
-  // gone and never ask again (it would stop: core/runtime/control.h).
-  HandshakeCutter cutter(server_->address(), 2);
+  // whose handshake is cut. A paused or starved node meets this when it wakes: the call must not fail (its
+  // caller would take the controller for lost and stop, core/runtime/control.h) but connect again.
+  HandshakeCutter cutter(server_->address(), 2, 2);
   auto client = connectStore(cutter.address(), secret_, deadlineIn(seconds(5)));
   ASSERT_TRUE(client.isOk()) << client.status().toString();
   Result<std::string> got = Status::internal("not run");
@@ -319,15 +321,31 @@ TEST_F(StoreFixture, AHandshakeTheServerCutIsNotALostServer) {
   for (Deadline d = deadlineIn(seconds(5)); cutter.upBytes() <= 64 && SteadyClock::now() < d;)
     std::this_thread::sleep_for(milliseconds(1));
   ASSERT_GT(cutter.upBytes(), 64u);
-  const Status cut = (*client)->set("other", "x");
-  EXPECT_EQ(cutter.accepted(), 2);
-  EXPECT_EQ(cut.code(), StatusCode::kUnavailable) << cut.toString();
-  const Status again = (*client)->set("answer", "42");  // connection 3: a new handshake, relayed whole
-  EXPECT_TRUE(again.isOk()) << again.toString();
+  const Status set = (*client)->set("answer", "42");  // connection 2 is cut, connection 3 relayed whole
+  EXPECT_TRUE(set.isOk()) << set.toString();
   EXPECT_EQ(cutter.accepted(), 3);
   waiter.join();
   ASSERT_TRUE(got.isOk()) << got.status().toString();
   EXPECT_EQ(*got, "42");
+}
+
+TEST_F(StoreFixture, AServerThatCutsEveryHandshakeFailsTheCallAtItsDeadlineNotForGood) {
+  // Connections 2 to 1000 are cut: the call tries until its deadline (500 ms here), then says Unavailable;
+  // the store is not marked lost, so a later call, once handshakes go through again, succeeds.
+  HandshakeCutter cutter(server_->address(), 2, 1000);
+  auto client = connectStore(cutter.address(), secret_, deadlineIn(seconds(5)), milliseconds(500));
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  std::thread waiter([&] { (void)(*client)->get("never", deadlineIn(seconds(3))); });  // holds connection 1
+  for (Deadline d = deadlineIn(seconds(5)); cutter.upBytes() <= 64 && SteadyClock::now() < d;)
+    std::this_thread::sleep_for(milliseconds(1));
+  const Deadline start = SteadyClock::now();
+  const Status set = (*client)->set("x", "1");
+  const auto took = SteadyClock::now() - start;
+  EXPECT_EQ(set.code(), StatusCode::kUnavailable) << set.toString();
+  EXPECT_GE(cutter.accepted(), 3) << "the call did not try again";
+  EXPECT_LT(took, seconds(2)) << "the call overran its deadline";
+  waiter.join();  // connection 1 is idle again: the next call reuses it
+  EXPECT_TRUE((*client)->set("x", "2").isOk());
 }
 
 TEST_F(StoreFixture, AClientWithAnotherSecretIsRefused) {
