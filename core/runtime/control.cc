@@ -172,17 +172,21 @@ void ControlChannel::rejectOnce(const std::string& k, const Status& problem) {
   LOG(WARNING) << node_ << ": ignoring malformed " << k << ": " << problem.message();
 }
 
-Result<Membership> ControlChannel::readMembership(Store& from, int64_t generation, Deadline deadline) {
+Result<Membership> ControlChannel::decodeMembership(const std::string& value, int64_t generation) const {
   const std::string k = "membership/" + std::to_string(generation);
-  auto v = from.get(keys_.membership(generation), deadline);
-  if (!v.isOk()) return v.status();
   // Decode problems are DataLoss, so that they never pass for the store's own errors.
-  auto m = Membership::decode(*v, world_workers_);
+  auto m = Membership::decode(value, world_workers_);
   if (!m.isOk()) return Status::dataLoss(k + ": " + m.status().message());
   if (m->generation != generation)
     return Status::dataLoss(k + ": membership: generation: " + std::to_string(m->generation) +
                             " under the key of generation " + std::to_string(generation));
   return m;
+}
+
+Result<Membership> ControlChannel::readMembership(Store& from, int64_t generation, Deadline deadline) {
+  auto v = from.get(keys_.membership(generation), deadline);
+  if (!v.isOk()) return v.status();
+  return decodeMembership(*v, generation);
 }
 
 Result<Membership> ControlChannel::membership(int64_t generation, Deadline deadline) {
@@ -193,10 +197,14 @@ Result<Membership> ControlChannel::membership(int64_t generation, Deadline deadl
 }
 
 Result<Membership> ControlChannel::waitMembershipAfter(int64_t after, Deadline deadline) {
+  // How many generations one look ahead reads, in one store request.
+  constexpr int64_t kLookAhead = 32;
   std::optional<Membership> newest;
   int64_t g = after + 1;
   // Blocks for the first generation after `after`; then skips ahead to the newest one (intermediate ones
-  // are already superseded), passing over malformed ones.
+  // are already superseded), passing over malformed ones. The look ahead peeks at the next generations in
+  // one request, not one request per generation: a node that wakes many generations behind (paused, or
+  // starved of CPU beside hundreds of others) catches up in a round trip or two.
   Result<Membership> m = membership(g, deadline);
   for (;;) {
     if (m.isOk()) {
@@ -205,13 +213,34 @@ Result<Membership> ControlChannel::waitMembershipAfter(int64_t after, Deadline d
       if (newest) return *newest;
       return m.status();
     }
-    auto has = store_.contains(keys_.membership(g + 1));
-    if (has.isOk() && *has) {
-      m = membership(++g, deadline);
-      continue;
+    // Generation g is read (or malformed): look at the ones after it until none is left.
+    for (bool more = true; more;) {
+      more = false;
+      std::vector<std::string> keys;
+      for (int64_t i = 1; i <= kLookAhead; ++i) keys.push_back(keys_.membership(g + i));
+      auto ahead = store_.peek(keys);
+      if (!ahead.isOk()) {
+        if (newest) return *newest;
+        if (ahead.status().code() != StatusCode::kTimeout) return ahead.status();
+        break;
+      }
+      // The newest valid generation in the window; malformed ones are logged once and passed over.
+      int64_t last_present = 0;
+      for (int64_t i = kLookAhead; i >= 1; --i) {
+        const auto& value = (*ahead)[size_t(i - 1)];
+        if (!value) continue;
+        if (last_present == 0) last_present = i;
+        auto decoded = decodeMembership(*value, g + i);
+        if (decoded.isOk()) {
+          newest = std::move(*decoded);
+          break;
+        }
+        rejectOnce("membership/" + std::to_string(g + i), decoded.status());
+      }
+      g += last_present;
+      more = last_present == kLookAhead;  // a full window: there may be more
     }
     if (newest) return *newest;
-    if (!has.isOk() && has.status().code() != StatusCode::kTimeout) return has.status();
     // Only malformed generations so far: wait for the next one (a timeout returns Timeout, so callers
     // keep checking the stop flag as they do while nothing was published).
     if (SteadyClock::now() >= deadline)

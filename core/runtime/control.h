@@ -178,6 +178,7 @@ class ControlChannel {
   void rejectOnce(const std::string& key, const Status& problem);
   // membership(g) without logging; the caller decides whether a problem is worth a line.
   Result<Membership> readMembership(Store& from, int64_t generation, Deadline deadline);
+  Result<Membership> decodeMembership(const std::string& value, int64_t generation) const;
   void watchStop();
   void watchMembership();
   void watchLinks(const std::function<Status(const LinkCommand&)>& apply);

@@ -120,8 +120,15 @@ class ScriptedStore : public Store {
   Result<std::vector<std::string>> readList(const std::string&, int64_t, int) override {
     return Status::internal("not scripted");
   }
-  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>&) override {
-    return Status::internal("not scripted");
+  Result<std::vector<std::optional<std::string>>> peek(const std::vector<std::string>& keys) override {
+    std::lock_guard lock(mu_);
+    std::vector<std::optional<std::string>> values;
+    for (const std::string& key : keys) {
+      if (auto it = failing_.find(key); it != failing_.end()) return it->second;
+      auto found = map_.find(key);
+      values.push_back(found == map_.end() ? std::nullopt : std::optional<std::string>(found->second));
+    }
+    return values;
   }
   Result<bool> contains(const std::string& key) override {
     std::lock_guard lock(mu_);
@@ -459,6 +466,25 @@ TEST(ControlReads, WaitMembershipAfterSkipsMalformedGenerations) {
   ASSERT_TRUE(m.isOk()) << m.status().toString();
   EXPECT_EQ(m->generation, 2) << "the newest valid generation, skipping malformed ones on both sides";
   EXPECT_EQ(m->workers, (std::vector<int>{0, 2}));
+}
+
+TEST(ControlReads, WaitMembershipAfterCatchesUpManyGenerationsWithoutReadingEachOne) {
+  // A node that wakes 70 generations behind (paused, or starved beside hundreds of others) jumps to the
+  // newest valid one by looking ahead in batches (two full windows and a part), not by a get per
+  // generation; a malformed newest one is passed over for the valid one before it.
+  ScriptedStore store;
+  ControlChannel control(store, kRun, "worker-0", 0, 3);
+  for (int g = 1; g <= 70; ++g)
+    ASSERT_TRUE(store.set(runKey("membership/" + std::to_string(g)),
+                          R"({"generation": )" + std::to_string(g) + R"(, "workers": [0, 1]})").isOk());
+  ASSERT_TRUE(store.set(runKey("membership/71"), R"({"generation": 71, "workers": "all"})").isOk());
+  auto m = control.waitMembershipAfter(0, deadlineIn(5s));
+  ASSERT_TRUE(m.isOk()) << m.status().toString();
+  EXPECT_EQ(m->generation, 70);
+  EXPECT_EQ(store.gets(runKey("membership/1")), 1);
+  int later_gets = 0;
+  for (int g = 2; g <= 71; ++g) later_gets += store.gets(runKey("membership/" + std::to_string(g)));
+  EXPECT_EQ(later_gets, 0) << "the generations after the first were read one by one";
 }
 
 }  // namespace
