@@ -134,10 +134,6 @@ Status Supervisor::restartLocked(const std::string& node) {
   if (!pid.isOk()) return pid.status();
   const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
   if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
-  {
-    MutexLock exits_lock(exits_mu_);
-    chaos_killed_.erase(node);
-  }
   if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
                                               {"node", node}, {"incarnation", incarnation}, {"t", now()}});
   return Status::ok();
@@ -172,60 +168,71 @@ void Supervisor::execute(const std::vector<control::Action>& actions) {
 
 void Supervisor::handleExits() {
   std::deque<ExitInfo> exits;
-  std::set<std::string> chaos_killed;
   {
     MutexLock lock(exits_mu_);
     exits.swap(exits_);
-    chaos_killed = chaos_killed_;
+    for (const ExitInfo& e : exits) handling_.insert(e.name);
   }
   // The workers' steps when these exits were taken up: one read of every worker's stats for all of them (a
   // read per exit made a wave of 16 exits at 256 nodes hold the loop for half a second).
   std::optional<int64_t> steps_now;
   for (const ExitInfo& e : exits) {
     auto id = control::NodeId::parse(e.name);
-    if (!id) continue;  // not a node of ours (the launcher only starts names from names_)
+    if (!id) {  // not a node of ours (the launcher only starts names from names_)
+      MutexLock lock(exits_mu_);
+      handling_.erase(e.name);
+      continue;
+    }
     detector_.forget(*id);
     // When the launcher reaped it, in run time: this loop may take the exit up a while later (it was seen
     // 256 ms late once, behind a busy supervisor), and recovery and detection count from the exit itself.
     const double exited_at =
         std::max(0.0, now() - std::chrono::duration<double>(SteadyClock::now() - e.at).count());
-    bool replace_now = false, fenced = false;
-    if (!e.requested) {
-      MutexLock lock(exits_mu_);
-      fenced = fenced_.erase(e.name) > 0;
-      markDetected(e.name, exited_at, /*declared=*/false);
-      vanished_.erase(e.name);
-      replace_now = replace_when_lost_.erase(e.name) > 0;
-    }
     control::NodeExit exit;
     exit.node = *id;
     exit.requested = e.requested;
-    exit.by_chaos = chaos_killed.count(e.name) > 0;
     exit.clean = !e.signaled && e.code == 0;
     exit.lifetime_s = std::chrono::duration<double>(e.lifetime).count();
+    bool fenced = false;
+    {
+      MutexLock lock(exits_mu_);
+      // A fault that ends a node hit this very process (not a predecessor or a successor).
+      exit.by_chaos = chaos_killed_.erase({e.name, e.incarnation}) > 0;
+      if (!e.requested) {
+        fenced = fenced_.erase(e.name) > 0;
+        markDetected(e.name, exited_at, /*declared=*/false);
+        vanished_.erase(e.name);
+      }
+    }
     if (!steps_now) steps_now = totalWorkerSteps();
     const int64_t steps = *steps_now;
     MutexLock lock(mu_);
     const double t = exited_at;
     auto actions = supervision_->onExit(exit, t, steps);
-    if (!supervision_->isDown(*id) || e.requested) continue;  // not a failure (finished, stopped on purpose)
-    LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
-    if (!exit.by_chaos && !exit.clean && !fenced) {
-      LOG(WARNING) << strategy_.label << ": " << e.name << " crashed (" << e.describe() << ") at " << t
-                   << " s: no fault of the plan did this; its log is " << e.name << ".log";
-      // "#n" as the control plane counts incarnations (predecessors), as accounting_residual_node does.
-      result_.crashes.push_back({e.name + "#" + std::to_string(e.incarnation - 1), e.describe(), t});
+    if (supervision_->isDown(*id) && !e.requested) {  // a failure (not finished, not stopped on purpose)
+      LOG(INFO) << strategy_.label << ": " << e.name << " " << e.describe() << " at " << t << " s";
+      if (!exit.by_chaos && !exit.clean && !fenced) {
+        LOG(WARNING) << strategy_.label << ": " << e.name << " crashed (" << e.describe() << ") at " << t
+                     << " s: no fault of the plan did this; its log is " << e.name << ".log";
+        // "#n" as the control plane counts incarnations (predecessors), as accounting_residual_node does.
+        result_.crashes.push_back({e.name + "#" + std::to_string(e.incarnation - 1), e.describe(), t});
+      }
+      if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
+                                                  {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
+      execute(actions);
     }
-    if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
-                                                {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
-    execute(actions);
+    // Taken up: a replacement that waited for it (a vanished node's, or one asked for while this exit was
+    // pending: Supervisor::replace) starts now, after it.
+    bool replace_now = false;
+    {
+      MutexLock exits_lock(exits_mu_);
+      handling_.erase(e.name);
+      if (!e.requested) replace_now = replace_when_lost_.erase(e.name) > 0;
+    }
     if (replace_now)
       if (Status s = restartLocked(e.name); !s.isOk()) LOG(ERROR) << "replacing " << e.name << ": " << s.toString();
   }
 }
-
-
-
 
 void Supervisor::checkReplacements() {
   MutexLock lock(mu_);
@@ -266,14 +273,6 @@ void Supervisor::requestStop(const std::string& reason) {
   if (ctx_.events) (void)ctx_.events->append({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
                                               {"t", result_.wall_seconds}});
 }
-
-
-
-
-
-
-
-
 
 Result<StrategyResult> Supervisor::run() {
   result_.label = strategy_.label;

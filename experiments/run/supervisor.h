@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,14 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
         LOG(INFO) << strategy_.label << ": " << node << " vanished; its replacement waits for the detection";
         return Status::ok();
       }
+      // Its exit is not taken up yet (the supervisor's loop is behind, as under a CPU hog): the replacement
+      // follows once it is, in that order, or the exit would be booked after the replacement started, as
+      // a crash of the new incarnation (seen: a kill wave's exits counted as crashes beside a CPU hog).
+      const auto pending = [&](const ExitInfo& e) { return e.name == node; };
+      if (handling_.count(node) || std::any_of(exits_.begin(), exits_.end(), pending)) {
+        replace_when_lost_.insert(node);
+        return Status::ok();
+      }
     }
     MutexLock lock(mu_);
     return restartLocked(node);
@@ -144,10 +153,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   }
 
   void chaosApplying(const chaos::Fault& f, const std::string& node) {
+    const int incarnation = launcher_->incarnation(node);  // the process this fault is about to hit
     if (ctx_.metrics) ctx_.metrics->faultInjected(spec_.metadata.name, strategy_.label, chaos::faultKindName(f.kind));
     MutexLock lock(exits_mu_);
     fault_starts_.push_back({f.name, chaos::faultKindName(f.kind), node, now(), std::nullopt});
-    if (chaos::endsNode(f.kind)) chaos_killed_.insert(node);
+    if (chaos::endsNode(f.kind)) chaos_killed_.insert({node, incarnation});
     if (f.kind == chaos::FaultKind::kVanish) vanished_.insert(node);
   }
 
@@ -249,11 +259,13 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // while calling the launcher (whose restart() waits for that thread).
   Mutex exits_mu_;
   std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
-  std::set<std::string> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);
+  std::set<std::pair<std::string, int>> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);  // (node, incarnation)
+  std::set<std::string> handling_ CHAOSBED_GUARDED_BY(exits_mu_);  // nodes whose exits handleExits has taken
   std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
   std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
   std::set<std::string> fenced_ CHAOSBED_GUARDED_BY(exits_mu_);  // declared lost and SIGKILLed, not yet exited
-  std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);  // replacements due, awaiting that
+  // Replacements due once the node's loss is detected (vanished) or its exit is taken up.
+  std::set<std::string> replace_when_lost_ CHAOSBED_GUARDED_BY(exits_mu_);
 
   // The decisions, which this class carries out: the supervisor's thread and chaos's (restarting a node it
   // killed) both use them.

@@ -503,6 +503,7 @@ TEST(RunExperiment, TwoHundredSixtySimulatedNodesAttachToOneController) {
     }
   }
   EXPECT_GE(checked, 16) << "fewer generations than the kill wave's exits";
+  if (!::testing::Test::HasFailure()) fs::remove_all(out);  // kept for a look when something failed
 }
 
 // workload.emulate: every node carries the emulated gradient (padded), each worker calibrates its compute
