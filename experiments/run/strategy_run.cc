@@ -180,7 +180,7 @@ void Supervisor::handleExits() {
     auto id = control::NodeId::parse(e.name);
     if (!id) {  // not a node of ours (the launcher only starts names from names_)
       MutexLock lock(exits_mu_);
-      handling_.erase(e.name);
+      handling_.erase(handling_.find(e.name));
       continue;
     }
     detector_.forget(*id);
@@ -226,8 +226,9 @@ void Supervisor::handleExits() {
     bool replace_now = false;
     {
       MutexLock exits_lock(exits_mu_);
-      handling_.erase(e.name);
-      if (!e.requested) replace_now = replace_when_lost_.erase(e.name) > 0;
+      handling_.erase(handling_.find(e.name));
+      // A node stopped on purpose is not replaced, and the request is spent.
+      replace_now = replace_when_lost_.erase(e.name) > 0 && !e.requested;
     }
     if (replace_now)
       if (Status s = restartLocked(e.name); !s.isOk()) LOG(ERROR) << "replacing " << e.name << ": " << s.toString();

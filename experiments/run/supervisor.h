@@ -260,7 +260,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   Mutex exits_mu_;
   std::deque<ExitInfo> exits_ CHAOSBED_GUARDED_BY(exits_mu_);
   std::set<std::pair<std::string, int>> chaos_killed_ CHAOSBED_GUARDED_BY(exits_mu_);  // (node, incarnation)
-  std::set<std::string> handling_ CHAOSBED_GUARDED_BY(exits_mu_);  // nodes whose exits handleExits has taken
+  std::multiset<std::string> handling_ CHAOSBED_GUARDED_BY(exits_mu_);  // nodes whose exits handleExits has taken
   std::vector<FaultStart> fault_starts_ CHAOSBED_GUARDED_BY(exits_mu_);  // every apply, for fault episodes
   std::set<std::string> vanished_ CHAOSBED_GUARDED_BY(exits_mu_);           // frozen by a vanish, not yet lost
   std::set<std::string> fenced_ CHAOSBED_GUARDED_BY(exits_mu_);  // declared lost and SIGKILLed, not yet exited
