@@ -9,8 +9,8 @@
 //   after replace() it is the new one. NotFound when the node is not running (killed, not yet replaced).
 // - cgroup() is the node's NodeCgroup (node isolation) or nullptr when the node runs without one; the
 //   pointer stays valid for the run. cpuQuota() is the node's configured quota in cores (0 = none).
-// - netDevice() is the host side of the node's veth when it runs in its own network namespace (hosts:
-//   netns), else empty. netNamespace() is the namespace in which that device lives ("" = the caller's).
+// - host() is the emulated host the node is placed on (hosts: netns; fixed for the run, replacements
+//   included), or -1 when the run has none.
 // - replace() starts a new incarnation of a dead node (restart_after); it returns once it is launched.
 // - Thread safety: the controller calls these from its own thread only, one call at a time.
 
@@ -41,8 +41,7 @@ class Cluster {
   virtual Result<pid_t> processGroup(const std::string& node) = 0;
   virtual NodeCgroup* cgroup(const std::string& node) = 0;
   virtual double cpuQuota(const std::string& node) = 0;
-  virtual std::string netDevice(const std::string& /*node*/) { return {}; }
-  virtual std::string netNamespace(const std::string& /*node*/) { return {}; }
+  virtual int host(const std::string& /*node*/) { return -1; }
   virtual Status replace(const std::string& node) = 0;
 };
 

@@ -19,9 +19,9 @@ ActuatorSet::ActuatorSet(Cluster& cluster, const Options& options)
     : signal_(std::make_unique<SignalActuator>(cluster)),
       pause_(std::make_unique<PauseActuator>(cluster, options.pause_mode)),
       cpu_(std::make_unique<CpuQuotaActuator>(cluster)),
+      shaper_(std::make_unique<ShaperLinkActuator>(options.link_control)),
       transport_errors_(std::make_unique<TransportErrorActuator>(options.link_control)) {
-  if (options.link_tbf) link_ = std::make_unique<TbfLinkActuator>(cluster);
-  else link_ = std::make_unique<ShaperLinkActuator>(options.link_control);
+  if (options.hosts != nullptr) host_link_ = std::make_unique<HostLinkActuator>(cluster, *options.hosts, *shaper_);
 }
 
 std::map<FaultKind, Actuator*> ActuatorSet::map() const {
@@ -31,7 +31,7 @@ std::map<FaultKind, Actuator*> ActuatorSet::map() const {
           {FaultKind::kVanish, pause_.get()},  // a vanished node is frozen until it is declared lost
           {FaultKind::kTransportError, transport_errors_.get()},
           {FaultKind::kSlow, cpu_.get()},
-          {FaultKind::kLink, link_.get()}};
+          {FaultKind::kLink, host_link_ ? static_cast<Actuator*>(host_link_.get()) : shaper_.get()}};
 }
 
 Controller::Controller(Plan plan, Cluster& cluster, std::map<FaultKind, Actuator*> actuators, ControllerOptions options)
@@ -283,6 +283,7 @@ void Controller::logAction(const char* type, const Action& a, int64_t planned_ns
       p["latency_ms"] = f.params.latency_ms;
       p["partition"] = f.params.partition;
       p["peers"] = linkPeersOf(f, a.node);
+      p["via"] = actuators_.at(f.kind)->via(f);
     }
     if (f.duration_s) p["duration_s"] = *f.duration_s;
     ev["params"] = p;

@@ -50,13 +50,13 @@
 namespace chaosbed::chaos {
 
 // The standard actuators: signal (kill, preempt), pause (freezer or SIGSTOP), cgroup CPU quota (slow) and
-// link (the node shaper through `link_control`, or tbf on the nodes' veths when link_tbf).
+// link (the node shaper through `link_control`; with emulated hosts, the hosts' kernels where they can).
 class ActuatorSet {
  public:
   struct Options {
     PauseMode pause_mode = PauseMode::kAuto;
     LinkControl* link_control = nullptr;  // not owned; must outlive the set
-    bool link_tbf = false;
+    const EmulatedHosts* hosts = nullptr;  // hosts: netns; not owned
   };
   ActuatorSet(Cluster& cluster, const Options& options);
   std::map<FaultKind, Actuator*> map() const;
@@ -65,7 +65,8 @@ class ActuatorSet {
   std::unique_ptr<SignalActuator> signal_;
   std::unique_ptr<PauseActuator> pause_;
   std::unique_ptr<CpuQuotaActuator> cpu_;
-  std::unique_ptr<Actuator> link_;
+  std::unique_ptr<ShaperLinkActuator> shaper_;
+  std::unique_ptr<HostLinkActuator> host_link_;
   std::unique_ptr<TransportErrorActuator> transport_errors_;
 };
 

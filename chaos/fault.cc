@@ -26,6 +26,15 @@ bool endsNode(FaultKind kind) {
   return kind == FaultKind::kKill || kind == FaultKind::kPreempt || kind == FaultKind::kVanish;
 }
 
+const char* viaName(FaultParams::Via via) {
+  switch (via) {
+    case FaultParams::Via::kAuto: return "auto";
+    case FaultParams::Via::kKernel: return "kernel";
+    case FaultParams::Via::kShaper: return "shaper";
+  }
+  return "?";
+}
+
 std::optional<FaultKind> parseFaultKind(const std::string& name) {
   for (FaultKind k : kAllFaultKinds)
     if (name == faultKindName(k)) return k;
@@ -71,8 +80,9 @@ std::string paramsText(const Fault& f) {
     case FaultKind::kSlow: return "cpu_fraction=" + fixed(f.params.cpu_fraction, 4);
     case FaultKind::kPreempt: return "grace_s=" + fixed(f.params.grace_s, 3);
     case FaultKind::kLink:
-      if (f.params.partition) return "partition";
-      return "bandwidth_mbps=" + fixed(f.params.bandwidth_mbps, 3) + " latency_ms=" + fixed(f.params.latency_ms, 3);
+      if (f.params.partition) return std::string("partition via=") + viaName(f.params.via);
+      return "bandwidth_mbps=" + fixed(f.params.bandwidth_mbps, 3) + " latency_ms=" + fixed(f.params.latency_ms, 3) +
+             " via=" + viaName(f.params.via);
     case FaultKind::kTransportError:
       return "error=" + f.params.error + " nth=" + std::to_string(f.params.nth) + " count=" + std::to_string(f.params.count);
     default: return "";
@@ -88,6 +98,7 @@ nlohmann::json paramsJson(const Fault& f) {
       p["bandwidth_mbps"] = micro(f.params.bandwidth_mbps);
       p["latency_ms"] = micro(f.params.latency_ms);
       p["partition"] = f.params.partition;
+      p["via"] = viaName(f.params.via);
       break;
     case FaultKind::kTransportError:
       p["error"] = f.params.error;

@@ -44,6 +44,10 @@ struct FaultParams {
   double bandwidth_mbps = 0.0;  // link: 0 = uncapped
   double latency_ms = 0.0;      // link: added one-way delay
   bool partition = false;       // link: drop everything between the groups
+  // link: who carries it out. auto: the kernel of the emulated hosts (hosts: netns) where it can (a bandwidth
+  // cap or a partition between groups on different hosts), else the node's in-process shaper.
+  enum class Via : uint8_t { kAuto, kKernel, kShaper };
+  Via via = Via::kAuto;
   // transport_error: what fails (fail_send, fail_recv, drop, break_peer, abort_collective), from the nth
   // matching operation on, count times (drop: every send until the fault ends).
   std::string error;
@@ -54,6 +58,7 @@ struct FaultParams {
 
 // Whether a fault ends its targets' processes (kill, preempt, vanish): they come back only by replacement.
 bool endsNode(FaultKind kind);
+const char* viaName(FaultParams::Via via);
 
 // When (and whether) a killed, preempted or vanished node is replaced; durations are seconds of the run.
 struct RestartPolicy {

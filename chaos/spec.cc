@@ -242,7 +242,7 @@ void parseParams(const ConfigNode& fault, FaultSpec* f) {
         return;
       case FaultKind::kPreempt: p.checkKeys({"grace_s"}); break;
       case FaultKind::kSlow: p.checkKeys({"cpu_fraction", "slowdown"}); break;
-      case FaultKind::kLink: p.checkKeys({"bandwidth_mbps", "latency_ms", "partition"}); break;
+      case FaultKind::kLink: p.checkKeys({"bandwidth_mbps", "latency_ms", "partition", "via"}); break;
       case FaultKind::kTransportError: p.checkKeys({"error", "nth", "count"}); break;
     }
   }
@@ -273,6 +273,13 @@ void parseParams(const ConfigNode& fault, FaultSpec* f) {
       (p.present() ? p : fault).error("a link fault needs params bandwidth_mbps, latency_ms or partition");
     if (f->params.partition && (p.has("bandwidth_mbps") || p.has("latency_ms")))
       p.errorAt("partition", "a partition drops everything; bandwidth_mbps and latency_ms do not apply");
+    const std::string via = p.oneOf("via", {"auto", "kernel", "shaper"}, "auto");
+    f->params.via = via == "kernel"   ? FaultParams::Via::kKernel
+                    : via == "shaper" ? FaultParams::Via::kShaper
+                                      : FaultParams::Via::kAuto;
+    if (f->params.via == FaultParams::Via::kKernel && f->params.latency_ms > 0)
+      p.errorAt("via", "added latency needs the in-process shaper (these kernels have no netem); use via: auto or "
+                       "shaper");
   }
 }
 

@@ -29,7 +29,7 @@
 //   {pareto: {scale: xm, shape: a}} | {bimodal: {p_slow: p, slow: x, fast: y}} (a slowdown factor >= 1 is
 //   drawn per targeted node; cpu_fraction = 1/slowdown; nodes drawing <= 1 are left alone);
 //   preempt: grace_s (seconds of the run; overrides the profile); link: bandwidth_mbps, latency_ms,
-//   partition (at least one).
+//   partition (at least one), via: auto | kernel | shaper (who carries it out; FaultParams::Via).
 // Units: at_s, duration_s, after_s and grace_s are seconds of the run. rate_per_node_hour, rate_per_hour,
 //   profile notices, restart_after and capacity-trace times are cloud time, divided by time_scale.
 

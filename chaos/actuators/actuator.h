@@ -29,6 +29,8 @@ class Actuator {
  public:
   virtual ~Actuator() = default;
   virtual const char* name() const = 0;
+  // How it carries out `fault` ("kernel", "shaper", ...), for the event log; by default its name.
+  virtual const char* via(const Fault& /*fault*/) { return name(); }
   virtual Status checkAvailable(const Fault& fault, const std::string& node) = 0;
   virtual Result<std::vector<HealRecord>> prepare(const Fault& fault, const std::string& node) = 0;
   virtual Status apply(const Fault& fault, const std::string& node) = 0;

@@ -20,7 +20,6 @@ const char* healOpName(HealRecord::Op op) {
     case HealRecord::Op::kThaw: return "thaw";
     case HealRecord::Op::kCpuLimit: return "cpu_limit";
     case HealRecord::Op::kSigcont: return "sigcont";
-    case HealRecord::Op::kTcDelete: return "tc_delete";
   }
   return "unknown";
 }
@@ -36,10 +35,6 @@ nlohmann::json healToJson(const HealRecord& r) {
       j["paths"] = r.paths;
       break;
     case HealRecord::Op::kSigcont: j["pgid"] = r.pgid; break;
-    case HealRecord::Op::kTcDelete:
-      j["netns"] = r.netns;
-      j["dev"] = r.dev;
-      break;
   }
   return j;
 }
@@ -59,10 +54,6 @@ Result<HealRecord> healFromJson(const nlohmann::json& j) {
     } else if (op == "sigcont") {
       r.op = HealRecord::Op::kSigcont;
       r.pgid = j.at("pgid");
-    } else if (op == "tc_delete") {
-      r.op = HealRecord::Op::kTcDelete;
-      r.netns = j.at("netns");
-      r.dev = j.at("dev");
     } else {
       return Status::dataLoss("heal record with unknown op '" + op + "'");
     }
@@ -89,16 +80,6 @@ Status heal(const HealRecord& r) {
       if (::kill(-r.pgid, SIGCONT) != 0 && errno != ESRCH)
         return Status::ioError("heal: SIGCONT to process group " + std::to_string(r.pgid) + ": " + std::strerror(errno));
       return Status::ok();
-    case HealRecord::Op::kTcDelete: {
-      std::vector<std::string> argv;
-      if (!r.netns.empty()) argv = {"ip", "netns", "exec", r.netns};
-      for (const char* a : {"tc", "qdisc", "del", "dev"}) argv.push_back(a);
-      argv.push_back(r.dev);
-      argv.push_back("root");
-      return runCommand(argv, 5.0,
-                        {"Cannot find device", "No such file or directory", "Cannot delete qdisc with handle of zero",
-                         "Invalid handle", "Cannot open network namespace"});
-    }
   }
   return Status::internal("heal: unknown op");
 }

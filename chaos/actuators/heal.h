@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/launcher/command.h"  // runCommand, which heal and the link actuator use
 #include "transports/status.h"
 
 namespace chaosbed::chaos {
@@ -23,14 +22,12 @@ struct HealRecord {
     kThaw,      // thaw the node's freezer cgroup (group, node, paths)
     kCpuLimit,  // set the node's CPU quota back to `cpus` (group, node, paths; 0 = unlimited)
     kSigcont,   // SIGCONT the process group `pgid`
-    kTcDelete,  // delete the root qdisc of `dev` (in network namespace `netns`, "" = ours)
   };
   Op op = Op::kThaw;
   std::string group, node;
   std::vector<std::string> paths;  // the cgroup directories; heal does nothing when they are gone
   double cpus = 0.0;
   pid_t pgid = 0;
-  std::string netns, dev;
   bool operator==(const HealRecord&) const = default;
 };
 

@@ -78,6 +78,9 @@ Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::create(int hosts) {
     CHAOSBED_RETURN_IF_ERROR(host({"ip", "link", "set", "lo", "up"}));
     CHAOSBED_RETURN_IF_ERROR(host({"ip", "addr", "add", h.address(i) + "/24", "dev", kDevice}));
     CHAOSBED_RETURN_IF_ERROR(host({"ip", "link", "set", kDevice, "up"}));
+    // The root for link faults between hosts (chaos/actuators/link.h adds a class per faulted peer host);
+    // with default 0 every unclassified packet leaves at once, unshaped.
+    CHAOSBED_RETURN_IF_ERROR(host({"tc", "qdisc", "add", "dev", kDevice, "root", "handle", "1:", "htb", "default", "0"}));
   }
   return self;
 }

@@ -4,7 +4,8 @@
 //
 // Layout
 // - fabric: bridge "br0" with 10.200.0.1/24 and lo, up; for each host i the veth end "h<i>", a port of br0.
-// - host i: the other veth end "eth0" with 10.200.0.<i+2>/24, and lo, up.
+// - host i: the other veth end "eth0" with 10.200.0.<i+2>/24, and lo, up; eth0's root qdisc is htb 1: with
+//   default 0 (nothing classified: every packet leaves unshaped), to which link faults add classes.
 // Nothing of it lives in the caller's namespace, and the namespaces have no name under /run/netns and no
 // holder process: this object holds them by file descriptor. When it is destroyed, or its process dies in
 // any way (SIGKILL included), and the nodes placed in them have exited (they die with the launcher,
@@ -12,7 +13,7 @@
 // left to heal. The addresses are the same in every run: each run's fabric is private to it.
 //
 // Contract
-// - create() needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's `ip`; errors name the step and the
+// - create() needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's `ip` and `tc`; errors name the step and the
 //   command's stderr.
 // - hostFd(i) is for setns(2) in a child before it execs (NodeSpec::net_namespace_fd).
 // - listenInFabric() returns a TCP listener on the fabric's address, for a server every host must reach (the

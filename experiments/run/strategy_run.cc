@@ -299,6 +299,7 @@ Result<StrategyResult> Supervisor::run() {
     chaos::ActuatorSet::Options ao;
     ao.pause_mode = spec_.chaos.parsed.pause_mode;
     ao.link_control = this;
+    ao.hosts = ctx_.hosts;
     actuators = std::make_unique<chaos::ActuatorSet>(*this, ao);
     auto map = actuators->map();
     for (auto& [kind, actuator] : map) {

@@ -59,6 +59,7 @@ class ObservedActuator final : public chaos::Actuator {
  public:
   ObservedActuator(chaos::Actuator* inner, Supervisor* supervisor) : inner_(inner), supervisor_(supervisor) {}
   const char* name() const override { return inner_->name(); }
+  const char* via(const chaos::Fault& f) override { return inner_->via(f); }
   Status checkAvailable(const chaos::Fault& f, const std::string& n) override { return inner_->checkAvailable(f, n); }
   Result<std::vector<chaos::HealRecord>> prepare(const chaos::Fault& f, const std::string& n) override {
     return inner_->prepare(f, n);
@@ -97,6 +98,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   }
   NodeCgroup* cgroup(const std::string& node) override { return known(node) ? launcher_->cgroup(node) : nullptr; }
   double cpuQuota(const std::string&) override { return spec_.cluster.cpu_per_node; }
+  int host(const std::string& node) override { return ctx_.hosts != nullptr && known(node) ? hostOf(node) : -1; }
   Status replace(const std::string& node) override {
     if (!known(node)) return Status::notFound(node + " is not part of strategy " + strategy_.label);
     {

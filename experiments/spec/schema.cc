@@ -40,7 +40,7 @@ chaos:
     - {name: g, action: slow, schedule: {at_s: 1}, params: {slowdown: {bimodal: {}}}}
     - {name: h, action: link, when: {node: worker-0, step: 1, after_s: 1},
        target: {between: [{role: worker, index: 0}, {nodes: worker-1}]},
-       params: {bandwidth_mbps: 1, latency_ms: 1, partition: true}}
+       params: {bandwidth_mbps: 1, latency_ms: 1, partition: true, via: auto}}
     - {name: i, action: transport_error, when: {epoch: 1}, target: {between: [{role: worker, index: [0]},
        {role: ps, count: 1}]}, params: {error: drop, nth: 1, count: 1}}
     - {name: m, action: link, at_s: 1, target: {between: [{role: worker, fraction: 0.5}, {nodes: [worker-1]}]}}

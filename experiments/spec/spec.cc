@@ -480,6 +480,10 @@ std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::st
       if (f.kind == chaos::FaultKind::kTransportError && f.params.error == "abort_collective" && !collectives)
         items[i].child("params").errorAt("error", "abort_collective fails a collective step, and no strategy of this "
                                                   "spec has collectives (only mirrored does)");
+      if (f.kind == chaos::FaultKind::kLink && f.params.via == chaos::FaultParams::Via::kKernel &&
+          spec.cluster.hosts != Hosts::kNetns)
+        items[i].child("params").errorAt("via", "link faults in the kernel are faults between emulated hosts: set "
+                                                "cluster.hosts: {netns: N}, or use via: auto");
     }
   }
 

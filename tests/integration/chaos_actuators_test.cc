@@ -1,7 +1,12 @@
 // The chaos actuators on real child processes: kill, preempt with grace, pause (freezer and SIGSTOP),
-// slow (cgroup CPU quota, measured), revert on stop, and tbf on a real veth in a network namespace.
+// slow (cgroup CPU quota, measured), revert on stop, and link faults between emulated hosts in
+// their kernels (htb, blackhole routes).
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -16,11 +21,17 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
 
 #include "chaos/actuators/heal.h"
 #include "chaos/actuators/link.h"
 #include "chaos/controller.h"
 #include "chaos/local_cluster.h"
+#include "core/isolation/emulated_hosts.h"
+#include "core/launcher/command.h"
+#include "transports/bootstrap/net.h"
 
 namespace chaosbed::chaos {
 namespace {
@@ -241,104 +252,212 @@ TEST_F(ChaosActuators, KillOfAFrozenNodeThawsItSoItDies) {
   EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL);
 }
 
-// A veth pair with one end in a fresh network namespace; removed in the destructor.
-struct VethNetns {
-  std::string ns, host_dev, ns_dev;
-  bool ok = false;
-  std::string why;
-  VethNetns() {
-    const std::string id = std::to_string(::getpid() % 100000);
-    ns = "chaosbed-t" + id;
-    host_dev = "cbh" + id;
-    ns_dev = "cbn" + id;
-    Status s = runCommand({"ip", "netns", "add", ns}, 10);
-    if (!s.isOk()) {
-      why = s.toString();
-      return;
-    }
-    s = runCommand({"ip", "link", "add", host_dev, "type", "veth", "peer", "name", ns_dev}, 10);
-    if (s.isOk()) s = runCommand({"ip", "link", "set", ns_dev, "netns", ns}, 10);
-    if (s.isOk()) s = runCommand({"ip", "link", "set", host_dev, "up"}, 10);
-    if (s.isOk()) s = runCommand({"ip", "netns", "exec", ns, "ip", "link", "set", ns_dev, "up"}, 10);
-    ok = s.isOk();
-    why = s.toString();
-  }
-  ~VethNetns() {
-    (void)runCommand({"ip", "link", "del", host_dev}, 10, {"Cannot find device"});
-    (void)runCommand({"ip", "netns", "del", ns}, 10, {"No such file"});
-  }
-};
+// ---- link faults between emulated hosts, in the hosts' kernels ----
 
-std::string qdiscs(const std::string& ns, const std::string& dev) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::close(fds[0]);
-    if (ns.empty()) ::execlp("tc", "tc", "qdisc", "show", "dev", dev.c_str(), nullptr);
-    else ::execlp("ip", "ip", "netns", "exec", ns.c_str(), "tc", "qdisc", "show", "dev", dev.c_str(), nullptr);
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[256];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return out;
+// Runs fn on a thread inside host `h`'s network namespace.
+template <typename Fn>
+auto inHost(const EmulatedHosts& hosts, int h, Fn fn) -> decltype(fn()) {
+  decltype(fn()) result{};
+  std::thread t([&] {
+    if (::setns(hosts.hostFd(h), CLONE_NEWNET) != 0) return;
+    result = fn();
+  });
+  t.join();
+  return result;
 }
 
-class VethCluster : public Cluster {
+std::string inHostOutput(const EmulatedHosts& hosts, int h, const std::vector<std::string>& argv) {
+  return inHost(hosts, h, [&] {
+    std::string out;
+    Status s = runCommand(argv, 10, {}, &out);
+    return s.isOk() ? out : "failed: " + s.toString();
+  });
+}
+
+// Sends `bytes` from host `from` to a listener on host `to`; the rate in MB/s, or -1 when no connection
+// was made within a second (a partition).
+double transferMBps(const EmulatedHosts& hosts, int from, int to, size_t bytes) {
+  net::HostPort bound;
+  auto listener = inHost(hosts, to, [&] { return std::optional(net::listenTcp({hosts.address(to), 0}, &bound)); });
+  if (!listener || !listener->isOk()) return -2;
+  ::fcntl((*listener)->get(), F_SETFL, 0);  // blocking: shut down below to end a wait
+  std::thread sink([&] {
+    const int c = ::accept4((*listener)->get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    std::vector<char> buf(1 << 16);
+    while (::read(c, buf.data(), buf.size()) > 0) {}
+    ::close(c);
+  });
+  const double rate = inHost(hosts, from, [&]() -> double {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(bound.port));
+    ::inet_pton(AF_INET, hosts.address(to).c_str(), &addr.sin_addr);
+    int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    pollfd p{fd, POLLOUT, 0};
+    int err = rc == 0 ? 0 : errno;
+    if (rc != 0 && errno == EINPROGRESS && ::poll(&p, 1, 1000) == 1) {
+      socklen_t len = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err != 0) {
+      ::close(fd);
+      return -1;
+    }
+    ::fcntl(fd, F_SETFL, 0);
+    std::vector<char> chunk(1 << 16, 'x');
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t sent = 0; sent < bytes;) {
+      const ssize_t n = ::write(fd, chunk.data(), std::min(chunk.size(), bytes - sent));
+      if (n <= 0) break;
+      sent += size_t(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+    char c;
+    while (::read(fd, &c, 1) > 0) {}  // the sink has read everything when it closes
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::close(fd);
+    return double(bytes) / 1e6 / s;
+  });
+  ::shutdown((*listener)->get(), SHUT_RDWR);
+  sink.join();
+  return rate;
+}
+
+// worker-0 and worker-2 on host 0, worker-1 on host 1, ps-0 on host 2.
+class HostsCluster : public Cluster {
  public:
-  VethCluster(std::string dev, std::string ns) : dev_(std::move(dev)), ns_(std::move(ns)) {}
-  std::vector<NodeInfo> nodes() const override { return makeNodes({{"worker", 1}, {"ps", 1}}); }
+  std::vector<NodeInfo> nodes() const override { return makeNodes({{"worker", 3}, {"ps", 1}}); }
   Result<pid_t> processGroup(const std::string&) override { return Status::notFound("no processes"); }
   NodeCgroup* cgroup(const std::string&) override { return nullptr; }
   double cpuQuota(const std::string&) override { return 0; }
-  std::string netDevice(const std::string& node) override { return node == "worker-0" ? dev_ : ""; }
-  std::string netNamespace(const std::string& node) override { return node == "worker-0" ? ns_ : ""; }
+  int host(const std::string& node) override {
+    return node == "worker-1" ? 1 : node == "ps-0" ? 2 : 0;
+  }
   Status replace(const std::string&) override { return Status::ok(); }
-
- private:
-  std::string dev_, ns_;
 };
 
-TEST_F(ChaosActuators, TbfCapsAVethAndRevertRemovesIt) {
-  if (::geteuid() != 0) GTEST_SKIP() << "tc qdisc needs root";
-  VethNetns net;
-  if (!net.ok) GTEST_SKIP() << "cannot create a veth pair in a network namespace: " << net.why;
-  for (const bool inside : {false, true}) {
-    const std::string ns = inside ? net.ns : "", dev = inside ? net.ns_dev : net.host_dev;
-    VethCluster cluster(dev, ns);
-    TbfLinkActuator act(cluster);
-    Fault f;
-    f.name = "cap";
-    f.kind = FaultKind::kLink;
-    f.targets = {"worker-0"};
-    f.peers = {"ps-0"};
-    f.params.bandwidth_mbps = 10;
-    ASSERT_TRUE(act.checkAvailable(f, "worker-0").isOk());
-    Fault lat = f;
-    lat.params.latency_ms = 5;
-    EXPECT_EQ(act.checkAvailable(lat, "worker-0").code(), StatusCode::kUnavailable);  // no netem here
-    Result<std::vector<HealRecord>> rec = act.prepare(f, "worker-0");
-    ASSERT_TRUE(rec.isOk());
-    ASSERT_TRUE(act.apply(f, "worker-0").isOk());
-    ASSERT_TRUE(act.apply(f, "worker-0").isOk());  // idempotent
-    std::string q = qdiscs(ns, dev);
-    EXPECT_NE(q.find("tbf"), std::string::npos) << q;
-    EXPECT_NE(q.find("rate 10Mbit"), std::string::npos) << q;
-    ASSERT_TRUE(act.revert(f, "worker-0").isOk());
-    ASSERT_TRUE(act.revert(f, "worker-0").isOk());  // idempotent
-    EXPECT_EQ(qdiscs(ns, dev).find("tbf"), std::string::npos);
-    // The heal record undoes an apply without the actuator (what the agent does after a crash).
-    ASSERT_TRUE(act.apply(f, "worker-0").isOk());
-    ASSERT_TRUE(heal((*rec)[0]).isOk());
-    EXPECT_EQ(qdiscs(ns, dev).find("tbf"), std::string::npos);
-    ASSERT_TRUE(heal((*rec)[0]).isOk());  // nothing left: still OK
+// What the shaper would be told.
+class RecordingShaper : public Actuator {
+ public:
+  const char* name() const override { return "recording-shaper"; }
+  Status checkAvailable(const Fault&, const std::string&) override { return Status::ok(); }
+  Result<std::vector<HealRecord>> prepare(const Fault&, const std::string&) override { return std::vector<HealRecord>{}; }
+  Status apply(const Fault& f, const std::string& node) override {
+    calls.push_back("apply " + f.name + " " + node);
+    return Status::ok();
   }
+  Status revert(const Fault& f, const std::string& node) override {
+    calls.push_back("revert " + f.name + " " + node);
+    return Status::ok();
+  }
+  std::vector<std::string> calls;
+};
+
+Fault linkFault(uint64_t id, std::string name, std::vector<std::string> a, std::vector<std::string> b) {
+  Fault f;
+  f.id = id;
+  f.name = std::move(name);
+  f.kind = FaultKind::kLink;
+  f.targets = std::move(a);
+  f.peers = std::move(b);
+  return f;
+}
+
+class HostLink : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts and tc need root";
+    auto h = EmulatedHosts::create(3);
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    hosts_ = std::move(h).value();
+  }
+  std::unique_ptr<EmulatedHosts> hosts_;
+  HostsCluster cluster_;
+  RecordingShaper shaper_;
+};
+
+TEST_F(HostLink, ABandwidthCapShapesTrafficToThePeerHostOnlyAndOverlappingCapsTakeTheSmallest) {
+  HostLinkActuator act(cluster_, *hosts_, shaper_);
+  Fault slow = linkFault(1, "slow", {"worker-0"}, {"worker-1"});
+  slow.params.bandwidth_mbps = 40;
+  Fault slower = linkFault(2, "slower", {"worker-0"}, {"worker-1"});
+  slower.params.bandwidth_mbps = 16;
+  ASSERT_TRUE(act.checkAvailable(slow, "worker-0").isOk());
+  EXPECT_STREQ(act.via(slow), "kernel");
+  const double before = transferMBps(*hosts_, 0, 1, 8 << 20);
+  ASSERT_GT(before, 20.0) << "unshaped host-to-host TCP is far faster than the caps below";
+
+  ASSERT_TRUE(act.apply(slow, "worker-0").isOk());
+  ASSERT_TRUE(act.apply(slow, "worker-0").isOk());  // idempotent
+  EXPECT_NE(inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"}).find("rate 40Mbit"), std::string::npos);
+  ASSERT_TRUE(act.apply(slower, "worker-0").isOk());
+  const std::string classes = inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"});
+  EXPECT_NE(classes.find("rate 16Mbit"), std::string::npos) << classes;
+  // 16 Mbit/s is 2 MB/s: 3 MB take 1.5 s (a burst aside). Allow twice the rate: a cap only slows.
+  const double capped = transferMBps(*hosts_, 0, 1, 3 << 20);
+  EXPECT_GT(capped, 0);
+  EXPECT_LT(capped, 4.0) << "host 0 -> host 1 is capped at 16 Mbit/s";
+  std::cout << "host 0 -> host 1: " << before << " MB/s unshaped, " << capped << " MB/s under a 16 Mbit/s cap\n";
+  // Other peers of host 0, and the other direction (the fault was applied on worker-0's side only), are not.
+  EXPECT_GT(transferMBps(*hosts_, 0, 2, 8 << 20), 20.0);
+  EXPECT_GT(transferMBps(*hosts_, 1, 0, 8 << 20), 20.0);
+  EXPECT_TRUE(shaper_.calls.empty());
+
+  ASSERT_TRUE(act.revert(slower, "worker-0").isOk());
+  EXPECT_NE(inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"}).find("rate 40Mbit"), std::string::npos);
+  ASSERT_TRUE(act.revert(slow, "worker-0").isOk());
+  ASSERT_TRUE(act.revert(slow, "worker-0").isOk());  // idempotent
+  EXPECT_EQ(inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"}), "");
+  EXPECT_EQ(inHostOutput(*hosts_, 0, {"tc", "filter", "show", "dev", "eth0"}), "");
+  EXPECT_GT(transferMBps(*hosts_, 0, 1, 8 << 20), 20.0);
+}
+
+TEST_F(HostLink, APartitionCutsBothDirectionsBetweenTheHostsOnlyAndItsRevertHealsThem) {
+  HostLinkActuator act(cluster_, *hosts_, shaper_);
+  Fault cut = linkFault(1, "cut", {"worker-0"}, {"worker-1"});
+  cut.params.partition = true;
+  ASSERT_TRUE(act.checkAvailable(cut, "worker-0").isOk());
+  ASSERT_TRUE(act.apply(cut, "worker-0").isOk());
+  ASSERT_TRUE(act.apply(cut, "worker-1").isOk());
+  EXPECT_EQ(transferMBps(*hosts_, 0, 1, 1 << 16), -1);
+  EXPECT_EQ(transferMBps(*hosts_, 1, 0, 1 << 16), -1);
+  EXPECT_GT(transferMBps(*hosts_, 0, 2, 1 << 16), 0);  // host 2 is not part of it
+  EXPECT_GT(transferMBps(*hosts_, 2, 1, 1 << 16), 0);
+  ASSERT_TRUE(act.revert(cut, "worker-0").isOk());
+  EXPECT_EQ(inHostOutput(*hosts_, 0, {"ip", "route", "show"}).find("blackhole"), std::string::npos);
+  EXPECT_EQ(transferMBps(*hosts_, 0, 1, 1 << 16), -1);  // worker-1's side still drops the answers
+  ASSERT_TRUE(act.revert(cut, "worker-1").isOk());
+  EXPECT_GT(transferMBps(*hosts_, 0, 1, 1 << 16), 0);
+  EXPECT_GT(transferMBps(*hosts_, 1, 0, 1 << 16), 0);
+  EXPECT_EQ(inHostOutput(*hosts_, 1, {"ip", "route", "show"}).find("blackhole"), std::string::npos);
+}
+
+TEST_F(HostLink, WhatTheKernelCannotDoGoesToTheShaperOrIsRefusedWhenTheKernelIsAskedFor) {
+  HostLinkActuator act(cluster_, *hosts_, shaper_);
+  Fault latency = linkFault(1, "latency", {"worker-0"}, {"worker-1"});
+  latency.params.latency_ms = 5;
+  Fault same_host = linkFault(2, "same-host", {"worker-0"}, {"worker-1", "worker-2"});
+  same_host.params.bandwidth_mbps = 10;
+  Fault asked_shaper = linkFault(3, "asked-shaper", {"worker-0"}, {"worker-1"});
+  asked_shaper.params.bandwidth_mbps = 10;
+  asked_shaper.params.via = FaultParams::Via::kShaper;
+  for (const Fault* f : {&latency, &same_host, &asked_shaper}) {
+    EXPECT_STREQ(act.via(*f), "shaper") << f->name;
+    ASSERT_TRUE(act.checkAvailable(*f, "worker-0").isOk()) << f->name;
+    ASSERT_TRUE(act.apply(*f, "worker-0").isOk());
+    ASSERT_TRUE(act.revert(*f, "worker-0").isOk());
+  }
+  EXPECT_EQ(shaper_.calls, (std::vector<std::string>{"apply latency worker-0", "revert latency worker-0",
+                                                      "apply same-host worker-0", "revert same-host worker-0",
+                                                      "apply asked-shaper worker-0", "revert asked-shaper worker-0"}));
+  EXPECT_EQ(inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"}), "");
+  Fault kernel = same_host;
+  kernel.params.via = FaultParams::Via::kKernel;
+  Status s = act.checkAvailable(kernel, "worker-0");
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("worker-0 and worker-2 share host 0"), std::string::npos) << s.toString();
 }
 
 }  // namespace

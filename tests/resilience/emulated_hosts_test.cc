@@ -92,7 +92,9 @@ TEST(EmulatedHostsSetup, EachHostHasItsAddressOnItsOwnDevice) {
 }
 
 // Fashion-MNIST to 0.8 takes a few seconds, so every fault lands before the target: a kill (replaced after
-// 1 s), a pause, and a link fault between worker-0's host and worker-3's.
+// 1 s), a pause, and link faults between hosts: added latency between worker-0's host and worker-3's (the
+// nodes' shapers: no netem here), a bandwidth cap between worker-1's and worker-2's and a short partition
+// between worker-2's and worker-3's (both in the hosts' kernels).
 const char* const kReachSpec = R"(apiVersion: chaosbed/v1alpha1
 kind: Experiment
 metadata: {name: netns}
@@ -109,6 +111,10 @@ chaos:
     - {name: pause, action: pause, target: {role: worker, index: 2}, at_s: 1, duration_s: 1}
     - {name: link, action: link, target: {between: [{role: worker, index: 0}, {role: worker, index: 3}]},
        at_s: 1.5, duration_s: 3, params: {bandwidth_mbps: 100, latency_ms: 2}}
+    - {name: cap, action: link, target: {between: [{role: worker, index: 1}, {role: worker, index: 2}]},
+       at_s: 0.6, duration_s: 2, params: {bandwidth_mbps: 50}}
+    - {name: cut, action: link, target: {between: [{role: worker, index: 2}, {role: worker, index: 3}]},
+       at_s: 0.8, duration_s: 0.4, params: {partition: true, via: kernel}}
 )";
 
 // Never reaches its target (the learning rate is tiny): it is killed mid-run, a node paused.
@@ -170,8 +176,19 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
     EXPECT_EQ(hosts["worker-3"], "10.200.0.5");
     const char* fifth = std::string(label) == "mirrored" ? "evaluator-0" : "ps-0";
     EXPECT_EQ(hosts[fifth], hosts["worker-0"]) << "round-robin: the node after the workers shares the first host";
-    EXPECT_EQ(s["faults_applied"].get<int>(), 4) << "the kill, the pause and the link fault on both its ends";
+    EXPECT_EQ(s["faults_applied"].get<int>(), 8) << "the kill, the pause and three link faults on both their ends";
   }
+  // Who carried out each link fault: the kernel for the cap and the partition, the shapers for the latency.
+  std::map<std::string, std::set<std::string>> via;
+  std::ifstream events(out + "/events.jsonl");
+  for (std::string line; std::getline(events, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.value("type", "") == "chaos.applied" && e.value("kind", "") == "link")
+      via[e["name"].get<std::string>()].insert(e["params"]["via"].get<std::string>());
+  }
+  EXPECT_EQ(via["link"], std::set<std::string>{"shaper"});
+  EXPECT_EQ(via["cap"], std::set<std::string>{"kernel"});
+  EXPECT_EQ(via["cut"], std::set<std::string>{"kernel"});
   fs::remove_all(dir);
 }
 

@@ -54,8 +54,10 @@ class RecordingActuator : public Actuator {
   }
   Result<std::vector<HealRecord>> prepare(const Fault&, const std::string& node) override {
     HealRecord r;
-    r.op = HealRecord::Op::kTcDelete;
-    r.dev = "veth-" + node;
+    r.op = HealRecord::Op::kThaw;
+    r.group = "chaosbed-test";
+    r.node = node;
+    r.paths = {"/sys/fs/cgroup/chaosbed-no-such-group/" + node};  // healing it finds nothing to undo
     return std::vector<HealRecord>{r};
   }
   Status apply(const Fault& f, const std::string& node) override { return record("apply", f, node); }
@@ -162,7 +164,7 @@ TEST_F(ChaosController, FailedRevertAtStopIsALeakAndStaysInTheStateFile) {
   EXPECT_FALSE((*st)->finished);
   ASSERT_EQ((*st)->entries.size(), 1u);
   EXPECT_EQ((*st)->entries[0].node, "ps-0");
-  EXPECT_EQ((*st)->entries[0].heal[0].dev, "veth-ps-0");
+  EXPECT_EQ((*st)->entries[0].heal[0].node, "ps-0");
 }
 
 TEST_F(ChaosController, StateFileListsAppliedFaultsAndCleanupStaleHealsThem) {
@@ -198,13 +200,15 @@ TEST_F(ChaosController, CleanupStaleHealsAnUnfinishedState) {
   ChaosState s;
   s.controller_pid = 12345;
   HealRecord r;
-  r.op = HealRecord::Op::kTcDelete;
-  r.dev = "chaosbed-no-such-dev0";
+  r.op = HealRecord::Op::kThaw;
+  r.group = "chaosbed-test";
+  r.node = "worker-0";
+  r.paths = {"/sys/fs/cgroup/chaosbed-no-such-group/worker-0"};
   s.entries.push_back({3, "x", "link", "worker-0", {r}});
   ASSERT_TRUE(writeState(dir, s).isOk());
   Result<int> healed = cleanupStale(dir, nullptr);
   ASSERT_TRUE(healed.isOk()) << healed.status().toString();
-  EXPECT_EQ(*healed, 1);  // a device that is gone is healed
+  EXPECT_EQ(*healed, 1);  // a cgroup that is gone is healed
   Result<std::optional<ChaosState>> st = readState(dir);
   EXPECT_TRUE((*st)->finished);
   EXPECT_EQ(*cleanupStale(dir, nullptr), 0);

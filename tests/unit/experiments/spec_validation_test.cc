@@ -146,6 +146,23 @@ const BadSpec kBadSpecs[] = {
           "       params: {error: abort_collective}}\n"),
      {"t.yaml:11:17: chaos.faults[0].params.error: abort_collective fails a collective step, and no strategy of "
       "this spec has collectives (only mirrored does)"}},
+    {"a link fault in the kernel needs emulated hosts",
+     spec(kCluster, kData, kStrategies,
+          "chaos:\n  faults:\n    - {name: l, action: link, at_s: 1, target: {between: [{nodes: worker-0}, {nodes: worker-1}]},\n"
+          "       params: {bandwidth_mbps: 10, via: kernel}}\n"),
+     {"t.yaml:12:37: chaos.faults[0].params.via: link faults in the kernel are faults between emulated hosts: set "
+      "cluster.hosts: {netns: N}, or use via: auto"}},
+    {"added latency is not the kernel's here",
+     spec("cluster: {workers: 4, hosts: {netns: 4}}\n", kData, kStrategies,
+          "chaos:\n  faults:\n    - {name: l, action: link, at_s: 1, target: {between: [{nodes: worker-0}, {nodes: worker-1}]},\n"
+          "       params: {latency_ms: 5, via: kernel}}\n"),
+     {"t.yaml:12:32: chaos.faults[0].params.via: added latency needs the in-process shaper (these kernels have no "
+      "netem); use via: auto or shaper"}},
+    {"who carries out a link fault: one of three",
+     spec(kCluster, kData, kStrategies,
+          "chaos:\n  faults:\n    - {name: l, action: link, at_s: 1, target: {between: [{nodes: worker-0}, {nodes: worker-1}]},\n"
+          "       params: {partition: true, via: tc}}\n"),
+     {"t.yaml:12:39: chaos.faults[0].params.via: 'tc' is not one of: auto, kernel, shaper"}},
     {"evaluation by seconds and by steps at once",
      spec(kCluster, kData, kStrategies, "training: {eval_interval_s: 1, eval_interval_steps: 100}\n"),
      {"t.yaml:9:32: training.eval_interval_steps: set eval_interval_s or eval_interval_steps, not both"}},
