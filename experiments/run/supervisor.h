@@ -165,10 +165,17 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
 
  private:
   bool known(const std::string& node) const { return node_set_.count(node) > 0; }
-  // The emulated host a node runs on (hosts: netns): round-robin over names_ (launch order).
+  // The emulated host a node runs on (hosts: netns): where cluster.hosts.placement puts it, else round-robin
+  // over the nodes it does not place, in launch order (names_).
   int hostOf(const std::string& node) const {
-    const auto at = std::find(names_.begin(), names_.end(), node) - names_.begin();
-    return int(size_t(at) % size_t(ctx_.hosts->size()));
+    const auto& placed = spec_.cluster.placement;
+    if (auto it = placed.find(node); it != placed.end()) return it->second;
+    size_t turn = 0;
+    for (const std::string& n : names_) {
+      if (n == node) break;
+      if (!placed.count(n)) ++turn;
+    }
+    return int(turn % size_t(ctx_.hosts->size()));
   }
   double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
 

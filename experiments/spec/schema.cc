@@ -16,7 +16,7 @@ constexpr const char* kProbes[] = {
     "seed: 0",
     R"(
 metadata: {name: p, labels: {team: x}}
-cluster: {workers: 2, failure_detection: {}, hosts: {}}
+cluster: {workers: 2, failure_detection: {}, hosts: {placement: {worker-0: 0}}}
 data: {dataset: synthetic}
 model: {layers: [2, 2]}
 workload: {emulate: {}}

@@ -90,8 +90,8 @@ void parseMetadata(const ConfigNode& root, ExperimentSpec* spec) {
   }
 }
 
-// hosts: local | {netns: N}. Nodes are placed over the hosts round-robin in launch order (workers, servers,
-// the evaluator).
+// hosts: local | {netns: N, placement: {node: host}}. Nodes not placed by name go round-robin in launch order
+// (workers, servers, the evaluator).
 void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
   ConfigNode h = cluster.child("hosts");
   if (h.isNull() || h.isScalar()) {
@@ -106,7 +106,7 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
     h.error("expected local or {netns: N} (N emulated hosts, network namespaces on this machine)");
     return;
   }
-  h.checkKeys({"netns", "list"});
+  h.checkKeys({"netns", "list", "placement"});
   if (h.has("list")) {
     h.rejectKey("list", "real machines need a chaosbed agent on each, which is not built yet (issue #15); use "
                         "local or {netns: N}");
@@ -114,6 +114,28 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
   }
   c->hosts = Hosts::kNetns;
   c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
+  for (const auto& [node, value] : h.child("placement").entries()) {
+    const int host = value.as<int>(0, Range::closed(0, kMaxNetnsHosts - 1));
+    const auto dash = node.rfind('-');
+    const std::string role = dash == std::string::npos ? "" : node.substr(0, dash);
+    const std::string index = dash == std::string::npos ? "" : node.substr(dash + 1);
+    const int count = role == "worker" ? c->workers : role == "ps" ? c->servers : role == "evaluator" ? 1 : 0;
+    const bool digits = !index.empty() && index.size() < 6 &&
+                        std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!digits || std::stoi(index) >= count || (index.size() > 1 && index[0] == '0')) {
+      const auto range = [](const std::string& r, int n) {
+        return n == 1 ? r + "-0" : r + "-0.." + r + "-" + std::to_string(n - 1);
+      };
+      h.child("placement").errorAt(node, "no node is named '" + node + "': nodes are " + range("worker", c->workers) +
+                                             (c->servers > 0 ? ", " + range("ps", c->servers) : "") + " and evaluator-0");
+      continue;
+    }
+    if (c->netns_hosts > 0 && host >= c->netns_hosts) {
+      value.error("host " + std::to_string(host) + " does not exist: hosts are 0.." + std::to_string(c->netns_hosts - 1));
+      continue;
+    }
+    c->placement[node] = host;
+  }
 }
 
 void parseCluster(const ConfigNode& root, ClusterSpec* c) {
@@ -621,7 +643,18 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitInt(e, "servers", spec.cluster.servers);
   emitDouble(e, "cpu_per_node", spec.cluster.cpu_per_node);
   emitPlain(e, "transport", name(spec.cluster.transport));
-  emitPlain(e, "hosts", name(spec.cluster.hosts));
+  if (spec.cluster.hosts == Hosts::kNetns) {
+    e << YAML::Key << "hosts" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    emitInt(e, "netns", spec.cluster.netns_hosts);
+    if (!spec.cluster.placement.empty()) {
+      e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [node, host] : spec.cluster.placement) emitInt(e, node.c_str(), host);
+      e << YAML::EndMap;
+    }
+    e << YAML::EndMap;
+  } else {
+    emitPlain(e, "hosts", name(spec.cluster.hosts));
+  }
   emitBool(e, "simulate", spec.cluster.simulate);
   e << YAML::Key << "failure_detection" << YAML::Value << YAML::BeginMap;
   emitDouble(e, "heartbeat_s", spec.cluster.failure_detection.heartbeat_s);

@@ -92,6 +92,9 @@ struct ClusterSpec {
   Transport transport = Transport::kUcx;
   Hosts hosts = Hosts::kLocal;
   int netns_hosts = 0;       // hosts: {netns: N}: N in [1, kMaxNetnsHosts]; 0 with hosts: local
+  // hosts: {netns: N, placement: {node: host}}: nodes placed by name; the others round-robin in launch order
+  // (workers, servers, the evaluator) over every host.
+  std::map<std::string, int> placement;
   // Nodes take part in the control plane only (ready, stats, events, membership, link commands) and train
   // nothing: for measuring the controller and the store at scale. Results carry no accuracy.
   bool simulate = false;

@@ -92,6 +92,18 @@ const BadSpec kBadSpecs[] = {
      spec("cluster: {workers: 4, hosts: {list: [a:1]}}\n", kData, kStrategies),
      {"t.yaml:4:31: cluster.hosts.list: real machines need a chaosbed agent on each, which is not built yet "
       "(issue #15); use local or {netns: N}"}},
+    {"a placement names the spec's nodes",
+     spec("cluster: {workers: 4, servers: 1, hosts: {netns: 2, placement: {ps-1: 1, worker-04: 0, chief-0: 0}}}\n",
+          kData, kStrategies),
+     {"t.yaml:4:65: cluster.hosts.placement.ps-1: no node is named 'ps-1': nodes are worker-0..worker-3, ps-0 and "
+      "evaluator-0",
+      "t.yaml:4:74: cluster.hosts.placement.worker-04: no node is named 'worker-04': nodes are worker-0..worker-3, ps-0 "
+      "and evaluator-0",
+      "t.yaml:4:88: cluster.hosts.placement.chief-0: no node is named 'chief-0': nodes are worker-0..worker-3, ps-0 and "
+      "evaluator-0"}},
+    {"a placement on a host that does not exist",
+     spec("cluster: {workers: 4, hosts: {netns: 2, placement: {worker-1: 2}}}\n", kData, kStrategies),
+     {"t.yaml:4:63: cluster.hosts.placement.worker-1: host 2 does not exist: hosts are 0..1"}},
     {"hosts is a word or a map",
      spec("cluster: {workers: 4, hosts: [1]}\n", kData, kStrategies),
      {"t.yaml:4:30: cluster.hosts: expected local or {netns: N} (N emulated hosts, network namespaces on this machine)"}},
@@ -393,6 +405,25 @@ TEST(SpecValidation, EveryEmulationProfileIsAcceptedAndEmittedBack) {
   }
   EXPECT_EQ(model::modelProfileNames().size(), 4u);
   EXPECT_EQ(model::acceleratorProfileNames().size(), 3u);
+}
+
+TEST(SpecValidation, EmulatedHostsAndThePlacementAreEmittedBackAsTheyWereGiven) {
+  // The results directory's spec.yaml of a run on emulated hosts must parse back to the same hosts (it was
+  // once emitted as `hosts: netns`, which the parser refuses).
+  for (const std::string hosts : {"{netns: 3}", "{netns: 3, placement: {ps-0: 2, evaluator-0: 1}}"}) {
+    SCOPED_TRACE(hosts);
+    config::Diagnostics d;
+    auto s = parseExperimentSpec(
+        YAML::Load(spec("cluster: {workers: 4, servers: 1, hosts: " + hosts + "}\n", kData, kStrategies)), "t.yaml", &d);
+    ASSERT_TRUE(s.has_value()) << d.toString();
+    EXPECT_EQ(s->cluster.hosts, Hosts::kNetns);
+    EXPECT_EQ(s->cluster.netns_hosts, 3);
+    auto again = reparsed(*s);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->cluster.hosts, Hosts::kNetns);
+    EXPECT_EQ(again->cluster.netns_hosts, 3);
+    EXPECT_EQ(again->cluster.placement, s->cluster.placement);
+  }
 }
 
 TEST(SpecValidation, AConvolutionalNetTakesTheImagesAsTheyAre) {
