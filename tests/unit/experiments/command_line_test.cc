@@ -105,6 +105,7 @@ TEST(CommandLine, HelpFormsAllAskForTheCommandsHelp) {
 }
 
 TEST(CommandLine, AValueThatDoesNotParseIsRefusedBeforeAnythingRuns) {
+  gflags::FlagSaver saver;  // applyFlags sets process-wide flags: later tests in this binary must not see them
   auto line = parse({"noise", "spec.yaml", "--runs=abc"});
   ASSERT_TRUE(line.isOk()) << line.status().message();
   Status s = applyFlags(*line);
@@ -114,10 +115,14 @@ TEST(CommandLine, AValueThatDoesNotParseIsRefusedBeforeAnythingRuns) {
 }
 
 TEST(CommandLine, SetIsRepeatableAndKeepsItsOrder) {
+  gflags::FlagSaver saver;  // applyFlags sets process-wide flags: later tests in this binary must not see them
   auto line = parse({"validate", "a.yaml", "--set", "cluster.workers=2", "--set=training.learning_rate=0.5"});
   ASSERT_TRUE(line.isOk()) << line.status().message();
   ASSERT_TRUE(applyFlags(*line).isOk());
   EXPECT_EQ(repeatedFlag("set"), (std::vector<std::string>{"cluster.workers=2", "training.learning_rate=0.5"}));
+  // The collected values outlive FlagSaver; a command line without --set clears them for the next test.
+  ASSERT_TRUE(applyFlags(*parse({"validate", "a.yaml"})).isOk());
+  EXPECT_TRUE(repeatedFlag("set").empty());
 }
 
 // A flag defined next to a command's code but missing from every command's list would be accepted by every
