@@ -105,6 +105,18 @@ Status UcxTransport::init() {
       ucp_config_release(config);
       return Status::invalidArgument("ucx: MAX_POLL=1: " + ucsText(st));
     }
+    // A second abort of the same kind: a PUT's acknowledgement that arrives after a peer failure has
+    // purged the endpoint meets `ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK` cleared (tcp_ep.c:939) and
+    // aborts the survivor (2 % of the killed-member runs beside two CPU hogs, none in 491 without PUT).
+    // Without TCP's PUT zero-copy, rendezvous goes over active messages: 11-14 % less all-reduce bandwidth
+    // over TCP at 1-16 MiB (docs/design.md 2.5), the price of survivors that survive.
+    if (const char* user = std::getenv("UCX_TCP_PUT_ENABLE"); user != nullptr && std::string(user) != "n")
+      LOG(WARNING) << "ucx rank " << rank_ << ": ignoring UCX_TCP_PUT_ENABLE=" << user << ": this transport "
+                   << "turns TCP's PUT zero-copy off (UCX 1.13 aborts on a late PUT acknowledgement of a failed peer)";
+    if (ucs_status_t st = ucp_config_modify(config, "PUT_ENABLE", "n"); st != UCS_OK) {
+      ucp_config_release(config);
+      return Status::invalidArgument("ucx: PUT_ENABLE=n: " + ucsText(st));
+    }
   }
   if (!options_.rndv_thresh.empty() && std::getenv("UCX_RNDV_THRESH") == nullptr) {
     if (ucs_status_t st = ucp_config_modify(config, "RNDV_THRESH", options_.rndv_thresh.c_str()); st != UCS_OK) {
