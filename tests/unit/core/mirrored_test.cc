@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -444,12 +445,21 @@ TEST(MirroredTest, AReplacementEntersAGenerationPublishedAfterTheOneThatJoinedIt
   killer.after_gradient = [&c](int64_t step, int64_t generation) {
     if (generation == 0 && step == kKillAt) c.hub.kill(2);
   };
-  c.startAll({{2, killer}});
+  // The survivors stay in generation 1 until generations 2 and 3 are out: else, with the test's thread
+  // descheduled (a loaded machine), they could finish every step between them and never meet the replacement.
+  std::promise<void> published;
+  std::shared_future<void> out = published.get_future().share();
+  MirroredHooks survivor;
+  survivor.after_gradient = [out](int64_t, int64_t generation) {
+    if (generation == 1) out.wait();
+  };
+  c.startAll({{0, survivor}, {1, survivor}, {2, killer}});
   c.join(2);
   c.publish(membership(1, {0, 1}));
   c.hub.restart(2);
   c.publish(membership(2, {0, 1, 2}, false, {2}, {0, 0, 1}));
   c.publish(membership(3, {0, 1, 2}, false, {}, {0, 0, 1}));
+  published.set_value();
   c.start(2, 1);
   c.joinAll();
   for (int r = 0; r < 3; ++r) {
