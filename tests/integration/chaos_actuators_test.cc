@@ -387,7 +387,8 @@ TEST_F(HostLink, ABandwidthCapShapesTrafficToThePeerHostOnlyAndOverlappingCapsTa
   ASSERT_TRUE(act.checkAvailable(slow, "worker-0").isOk());
   EXPECT_STREQ(act.via(slow), "kernel");
   const double before = transferMBps(*hosts_, 0, 1, 8 << 20);
-  ASSERT_GT(before, 20.0) << "unshaped host-to-host TCP is far faster than the caps below";
+  // 12 MB/s: more than twice the largest cap below (40 Mbit/s = 5 MB/s); unshaped, it is hundreds of times that.
+  ASSERT_GT(before, 12.0) << "unshaped host-to-host TCP is far faster than the caps below";
 
   ASSERT_TRUE(act.apply(slow, "worker-0").isOk());
   ASSERT_TRUE(act.apply(slow, "worker-0").isOk());  // idempotent
@@ -401,8 +402,8 @@ TEST_F(HostLink, ABandwidthCapShapesTrafficToThePeerHostOnlyAndOverlappingCapsTa
   EXPECT_LT(capped, 4.0) << "host 0 -> host 1 is capped at 16 Mbit/s";
   std::cout << "host 0 -> host 1: " << before << " MB/s unshaped, " << capped << " MB/s under a 16 Mbit/s cap\n";
   // Other peers of host 0, and the other direction (the fault was applied on worker-0's side only), are not.
-  EXPECT_GT(transferMBps(*hosts_, 0, 2, 8 << 20), 20.0);
-  EXPECT_GT(transferMBps(*hosts_, 1, 0, 8 << 20), 20.0);
+  EXPECT_GT(transferMBps(*hosts_, 0, 2, 8 << 20), 12.0);
+  EXPECT_GT(transferMBps(*hosts_, 1, 0, 8 << 20), 12.0);
   EXPECT_TRUE(shaper_.calls.empty());
 
   ASSERT_TRUE(act.revert(slower, "worker-0").isOk());
@@ -411,7 +412,7 @@ TEST_F(HostLink, ABandwidthCapShapesTrafficToThePeerHostOnlyAndOverlappingCapsTa
   ASSERT_TRUE(act.revert(slow, "worker-0").isOk());  // idempotent
   EXPECT_EQ(inHostOutput(*hosts_, 0, {"tc", "class", "show", "dev", "eth0"}), "");
   EXPECT_EQ(inHostOutput(*hosts_, 0, {"tc", "filter", "show", "dev", "eth0"}), "");
-  EXPECT_GT(transferMBps(*hosts_, 0, 1, 8 << 20), 20.0);
+  EXPECT_GT(transferMBps(*hosts_, 0, 1, 8 << 20), 12.0);
 }
 
 TEST_F(HostLink, APartitionCutsBothDirectionsBetweenTheHostsOnlyAndItsRevertHealsThem) {
