@@ -9,6 +9,7 @@
 
 #include "chaos/cluster.h"
 #include "chaos/schedule/schedule.h"
+#include "core/control/node_id.h"
 #include "core/config/override.h"
 #include "transports/bootstrap/net.h"
 
@@ -116,13 +117,10 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
   c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
   for (const auto& [node, value] : h.child("placement").entries()) {
     const int host = value.as<int>(0, Range::closed(0, kMaxNetnsHosts - 1));
-    const auto dash = node.rfind('-');
-    const std::string role = dash == std::string::npos ? "" : node.substr(0, dash);
-    const std::string index = dash == std::string::npos ? "" : node.substr(dash + 1);
-    const int count = role == "worker" ? c->workers : role == "ps" ? c->servers : role == "evaluator" ? 1 : 0;
-    const bool digits = !index.empty() && index.size() < 6 &&
-                        std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (!digits || std::stoi(index) >= count || (index.size() > 1 && index[0] == '0')) {
+    // Only the spec's own node names, as the launcher writes them ("worker-04" is not worker-4).
+    const auto id = control::NodeId::parse(node);
+    const int count = !id ? 0 : id->isWorker() ? c->workers : id->isServer() ? c->servers : 1;
+    if (!id || id->name() != node || id->index >= count) {
       const auto range = [](const std::string& r, int n) {
         return n == 1 ? r + "-0" : r + "-0.." + r + "-" + std::to_string(n - 1);
       };

@@ -98,24 +98,28 @@ Status UcxTransport::init() {
   // matches the key against each transport's own table: "MAX_POLL" (tcp's, and cuda_copy's and cuda_ipc's
   // event polls, which host-memory transfers do not use).
   if (tlsIncludesTcp(tls)) {
-    if (const char* user = std::getenv("UCX_TCP_MAX_POLL"); user != nullptr && std::string(user) != "1")
-      LOG(WARNING) << "ucx rank " << rank_ << ": ignoring UCX_TCP_MAX_POLL=" << user << ": this transport polls one "
-                   << "TCP event at a time (UCX 1.13 aborts on a stale event of a closed endpoint)";
-    if (ucs_status_t st = ucp_config_modify(config, "MAX_POLL", "1"); st != UCS_OK) {
-      ucp_config_release(config);
-      return Status::invalidArgument("ucx: MAX_POLL=1: " + ucsText(st));
-    }
+    // Each wins over the environment (UCX_TCP_<key>), which gets a warning when it asks for another value.
+    struct Forced {
+      const char* key;
+      const char* value;
+      const char* why;
+    };
     // A second abort of the same kind: a PUT's acknowledgement that arrives after a peer failure has
     // purged the endpoint meets `ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK` cleared (tcp_ep.c:939) and
     // aborts the survivor (2 % of the killed-member runs beside two CPU hogs, none in 491 without PUT).
     // Without TCP's PUT zero-copy, rendezvous goes over active messages: 11-14 % less all-reduce bandwidth
     // over TCP at 1-16 MiB (docs/design.md 2.5), the price of survivors that survive.
-    if (const char* user = std::getenv("UCX_TCP_PUT_ENABLE"); user != nullptr && std::string(user) != "n")
-      LOG(WARNING) << "ucx rank " << rank_ << ": ignoring UCX_TCP_PUT_ENABLE=" << user << ": this transport "
-                   << "turns TCP's PUT zero-copy off (UCX 1.13 aborts on a late PUT acknowledgement of a failed peer)";
-    if (ucs_status_t st = ucp_config_modify(config, "PUT_ENABLE", "n"); st != UCS_OK) {
-      ucp_config_release(config);
-      return Status::invalidArgument("ucx: PUT_ENABLE=n: " + ucsText(st));
+    for (const Forced& f : {Forced{"MAX_POLL", "1", "this transport polls one TCP event at a time (UCX 1.13 "
+                                                    "aborts on a stale event of a closed endpoint)"},
+                            Forced{"PUT_ENABLE", "n", "this transport turns TCP's PUT zero-copy off (UCX 1.13 aborts "
+                                                      "on a late PUT acknowledgement of a failed peer)"}}) {
+      const std::string env = std::string("UCX_TCP_") + f.key;
+      if (const char* user = std::getenv(env.c_str()); user != nullptr && std::string(user) != f.value)
+        LOG(WARNING) << "ucx rank " << rank_ << ": ignoring " << env << "=" << user << ": " << f.why;
+      if (ucs_status_t st = ucp_config_modify(config, f.key, f.value); st != UCS_OK) {
+        ucp_config_release(config);
+        return Status::invalidArgument(std::string("ucx: ") + f.key + "=" + f.value + ": " + ucsText(st));
+      }
     }
   }
   if (!options_.rndv_thresh.empty() && std::getenv("UCX_RNDV_THRESH") == nullptr) {
