@@ -283,8 +283,8 @@ void Controller::logAction(const char* type, const Action& a, int64_t planned_ns
       p["latency_ms"] = f.params.latency_ms;
       p["partition"] = f.params.partition;
       p["peers"] = linkPeersOf(f, a.node);
-      p["via"] = actuators_.at(f.kind)->via(f);
     }
+    p["via"] = actuators_.at(f.kind)->via(f);  // who carried it out: "kernel", "shaper", "host-agent", ...
     if (f.duration_s) p["duration_s"] = *f.duration_s;
     ev["params"] = p;
   }

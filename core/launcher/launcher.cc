@@ -535,6 +535,10 @@ Status Launcher::signal(const std::string& name, int sig) {
     return Status::ioError("launcher: killpg(" + std::to_string(it->second->pid) + ", " + std::to_string(sig) +
                            ") for " + name + ": " + errnoText(err));
   }
+  if (sig == SIGKILL && it->second->cgroup) {  // a frozen task dies only once thawed
+    Result<bool> frozen = it->second->cgroup->isFrozen();
+    if (frozen.isOk() && *frozen) return it->second->cgroup->thaw().withContext(name + ": thaw after SIGKILL");
+  }
   return Status::ok();
 }
 

@@ -78,36 +78,53 @@ struct LauncherOptions {
   std::chrono::milliseconds stop_grace{2000};  // SIGTERM grace used by the destructor
 };
 
-class Launcher {
+// What a run's supervisor needs from whoever runs its node processes: the Launcher on this machine, or the
+// host agents of emulated or real hosts (chaos/agent), which run a Launcher each where the nodes live. Exit
+// notices reach the on_exit callback its creator was given; the contract of each call is the Launcher's.
+class NodeRunner {
  public:
-  static Result<std::unique_ptr<Launcher>> create(LauncherOptions options);
-  ~Launcher();
-  Launcher(const Launcher&) = delete;
-  Launcher& operator=(const Launcher&) = delete;
-
+  virtual ~NodeRunner() = default;
   // Starts a new node (incarnation 1). InvalidArgument for a bad spec or a name already in use.
-  Result<pid_t> start(const NodeSpec& spec);
+  virtual Result<pid_t> start(const NodeSpec& spec) = 0;
   // Starts the next incarnation of a known node with the same spec (same name, role and rank). A node still
   // running is SIGKILLed first and its exit awaited until deadline. Its cgroup is thawed and its quota reset
   // to spec.cpus.
-  Result<pid_t> restart(const std::string& name, Deadline deadline);
-
+  virtual Result<pid_t> restart(const std::string& name, Deadline deadline) = 0;
   // The pid of the running incarnation; NotFound for an unknown name, Unavailable when it is not running.
-  Result<pid_t> pid(const std::string& name) const;
-  bool running(const std::string& name) const;
-  int incarnation(const std::string& name) const;  // 0 for an unknown name
-  // Sends sig to the node's process group. Unavailable when the node is not running.
-  Status signal(const std::string& name, int sig);
+  virtual Result<pid_t> pid(const std::string& name) const = 0;
+  virtual bool running(const std::string& name) const = 0;
+  virtual int incarnation(const std::string& name) const = 0;  // 0 for an unknown name
+  // Sends sig to the node's process group; after SIGKILL its cgroup is thawed (a frozen task cannot die).
+  // Unavailable when the node is not running.
+  virtual Status signal(const std::string& name, int sig) = 0;
   // Waits until the current incarnation has exited (returns at once if it has); Timeout at the deadline.
-  Result<ExitInfo> waitExit(const std::string& name, Deadline deadline);
+  virtual Result<ExitInfo> waitExit(const std::string& name, Deadline deadline) = 0;
   // SIGTERM to every running node (after thawing its cgroup and SIGCONT), up to `grace` for them to exit,
   // then SIGKILL and reap. OK when nothing is left running.
-  Status stopAll(std::chrono::milliseconds grace);
+  virtual Status stopAll(std::chrono::milliseconds grace) = 0;
+  // The node's cgroup on this machine (for the chaos controller's freezer and quota), or nullptr when it is
+  // not isolated or lives on a host this process does not own. Valid for the runner's lifetime.
+  virtual NodeCgroup* cgroup(const std::string& name) = 0;
+  virtual std::string logPath(const std::string& name) const = 0;
+};
 
-  // The node's cgroup (for the chaos controller's freezer and quota), or nullptr when not isolated. Valid
-  // for the launcher's lifetime.
-  NodeCgroup* cgroup(const std::string& name);
-  std::string logPath(const std::string& name) const;
+class Launcher final : public NodeRunner {
+ public:
+  static Result<std::unique_ptr<Launcher>> create(LauncherOptions options);
+  ~Launcher() override;
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  Result<pid_t> start(const NodeSpec& spec) override;
+  Result<pid_t> restart(const std::string& name, Deadline deadline) override;
+  Result<pid_t> pid(const std::string& name) const override;
+  bool running(const std::string& name) const override;
+  int incarnation(const std::string& name) const override;
+  Status signal(const std::string& name, int sig) override;
+  Result<ExitInfo> waitExit(const std::string& name, Deadline deadline) override;
+  Status stopAll(std::chrono::milliseconds grace) override;
+  NodeCgroup* cgroup(const std::string& name) override;
+  std::string logPath(const std::string& name) const override;
   std::vector<std::string> names() const;
   const std::string& cgroupGroup() const { return options_.cgroup_group; }
 

@@ -45,10 +45,10 @@ struct NodeConfig {
   std::string checkpoint_dir;
   double connect_timeout_s = 60;
   bool simulate = false;  // cluster.simulate: the control plane only, no transport, no training
-  // hosts: {netns: N}: each node's address on its emulated host, and the host's network device; the node's
-  // listeners bind that address and UCX uses that device. Empty: one host, loopback.
+  // hosts: {netns | agents: N}: each node's address on its host, and the interface that holds it (where not
+  // loopback); the node's listeners bind that address and UCX uses that device. Empty: one host, loopback.
   std::map<std::string, std::string> host_addresses;
-  std::string net_device;
+  std::map<std::string, std::string> net_devices;
 };
 
 Result<NodeConfig> readNodeConfig(const std::string& path) {
@@ -68,7 +68,7 @@ Result<NodeConfig> readNodeConfig(const std::string& path) {
     c.connect_timeout_s = j.value("connect_timeout_s", 60.0);
     c.simulate = j.value("simulate", false);
     c.host_addresses = j.value("host_addresses", std::map<std::string, std::string>{});
-    c.net_device = j.value("net_device", std::string());
+    c.net_devices = j.value("net_devices", std::map<std::string, std::string>{});
     if (c.workers < 1 || c.servers < 0) return Status::invalidArgument("node config " + path + ": bad cluster shape");
     return c;
   } catch (const std::exception& e) {
@@ -296,7 +296,7 @@ int runNodeProcess(const NodeLaunch& launch) {
   ucx.connect_timeout = std::chrono::milliseconds(int64_t(c.connect_timeout_s * 1000));
   if (auto host = c.host_addresses.find(node); host != c.host_addresses.end()) {
     ucx.control_host = host->second;
-    ucx.net_devices = c.net_device;
+    if (auto device = c.net_devices.find(node); device != c.net_devices.end()) ucx.net_devices = device->second;
   }
   // A parameter-server worker talks to the servers only: under churn, connecting to the other workers would
   // only meet dead incarnations' stale records.

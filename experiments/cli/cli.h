@@ -45,6 +45,8 @@ int runSuite(int argc, char** argv);
 int runWorker(int argc, char** argv);
 int runPs(int argc, char** argv);
 int runEvaluatorNode(int argc, char** argv);
+// `chaosbed agent` (agent.cc): the host agent that a controller starts on each host.
+int runHostAgent(int argc, char** argv);
 
 // `chaosbed chaos plan|bench|heal|agent` (chaos_cmd.cc).
 int runChaosPlan(int argc, char** argv);

@@ -70,6 +70,8 @@ const Command kCommands[] = {
     {"worker", "--node_config FILE", "one worker node", "node_config,index", runWorker, true},
     {"ps", "--node_config FILE", "one parameter-server node", "node_config,index", runPs, true},
     {"evaluator", "--node_config FILE", "the evaluator node", "node_config,index", runEvaluatorNode, true},
+    {"agent", "--agent_config FILE [--index I]", "the host agent of one host: owns its nodes, carries out their faults",
+     "agent_config,index,join_timeout_s", runHostAgent},
 };
 
 int runCompletion(int argc, char** argv) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 
+#include "chaos/agent/host_agents.h"
 #include "chaos/event_log.h"
 #include "chaos/host_state.h"
 #include "chaos/schedule/schedule.h"
@@ -140,7 +141,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
                  "chaosbed run: WARNING: the load (%.2f) exceeds half of the %d cores: the timings of this run are not "
                  "a quiet-machine measurement (summary.json: provenance.quiet = false)\n",
                  provenance.load1_at_start, provenance.cores);
-  const RunRecord record{&provenance, &plan->rates};
+  RunRecord record{&provenance, &plan->rates, nullptr};
   CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, {}, false, record));
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
   // The run's secret: every control connection proves it holds it (transports/bootstrap/secret.h). Nodes
@@ -163,8 +164,45 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     CHAOSBED_ASSIGN_OR_RETURN(net::FileDescriptor listener, hosts->listenInFabric(&fabric_bound));
     fabric_listener.push_back(std::move(listener));
   }
-  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer("127.0.0.1:0", secret, std::move(fabric_listener)));
+  // Host agents on real machines (hosts: {agents: N}) reach the store where the spec says; nothing else does.
+  std::string store_listen = "127.0.0.1:0";
+  if (spec.cluster.hosts == spec::Hosts::kAgents)
+    store_listen = spec.cluster.listen + (spec.cluster.listen.find(':') == std::string::npos ? ":0" : "");
+  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer(store_listen, secret, std::move(fabric_listener)));
   CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), secret, deadlineIn(std::chrono::seconds(10))));
+
+  // One agent per host owns the nodes there: started here in each emulated host, or joining from the
+  // machines of a real cluster through agents.json (which names the store and the secret's file, not the
+  // secret).
+  std::unique_ptr<chaos::HostAgents> agents;
+  RemoveOnExit remove_agents_file{dir + "/agents.json"};  // it names a run that is over
+  if (spec.cluster.hosts != spec::Hosts::kLocal) {
+    chaos::HostAgents::Options ao;
+    ao.store = store.get();
+    ao.config.store = hosts ? fabric_bound.toString() : server->address();
+    ao.config.secret_file = secret_file;
+    ao.config.run = run_id;
+    ao.config.hosts = spec.cluster.hostCount();
+    ao.config_path = dir + "/agents.json";
+    ::unlink(ao.config_path.c_str());  // an earlier run's in a reused --out
+    CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(ao.config_path, ao.config.toJson().dump(2) + "\n", 0600));
+    ao.log_dir = dir + "/logs";
+    ao.interrupted = options.interrupted;
+    if (hosts)
+      for (int h = 0; h < hosts->size(); ++h) ao.netns_fds.push_back(hosts->hostFd(h));
+    else if (out) {
+      std::fprintf(out, "waiting for %d host agent(s) to join: chaosbed agent --agent_config %s\n", ao.config.hosts,
+                   ao.config_path.c_str());
+      std::fflush(out);
+    }
+    CHAOSBED_ASSIGN_OR_RETURN(agents, chaos::HostAgents::start(std::move(ao)));
+    record.hosts = nlohmann::json::array();
+    for (int h = 0; h < agents->size(); ++h) {
+      const chaos::HostAgents::Host& host = agents->host(h);
+      record.hosts.push_back({{"host", h}, {"hostname", host.hostname}, {"address", host.address},
+                              {"device", host.device}, {"agent_pid", host.pid}, {"launched_by", host.launched_by}});
+    }
+  }
 
   // One Prometheus endpoint for the whole run; loopback unless the spec or the caller allows more.
   std::unique_ptr<MetricsExporter> metrics;
@@ -219,6 +257,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   ctx.run_id = run_id;
   ctx.store_address = hosts ? fabric_bound.toString() : server->address();
   ctx.hosts = hosts.get();
+  ctx.agents = agents.get();
   ctx.secret_file = secret_file;
   ctx.data_path = data_path;
   ctx.store = store.get();

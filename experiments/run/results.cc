@@ -93,6 +93,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"complete", complete},
                       {"fault_rates", rates},
                       {"provenance", record.provenance ? record.provenance->toJson() : nlohmann::json(nullptr)},
+                      {"hosts", record.hosts},
                       {"emulation", emulationJson(spec)},
                       {"simulated", spec.cluster.simulate ? nlohmann::json(kSimulatedNote) : nlohmann::json(nullptr)},
                       {"strategies", strategies}};

@@ -31,6 +31,7 @@ Status writeTextAtomically(const std::string& path, const std::string& text, mod
 struct RunRecord {
   const Provenance* provenance = nullptr;
   const std::vector<chaos::FaultRate>* fault_rates = nullptr;
+  nlohmann::json hosts;  // hosts: {netns | agents: N}: each host's agent (hostname, address, who started it)
 };
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                     const std::vector<StrategyResult>& results, bool complete, const RunRecord& record);

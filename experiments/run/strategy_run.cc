@@ -73,18 +73,37 @@ Status Supervisor::prepare() {
                            {"checkpoint_dir", dir_ + "/checkpoints"},
                            {"connect_timeout_s", 60.0},
                            {"simulate", spec_.cluster.simulate}};
-  if (ctx_.hosts != nullptr) {
-    // Round-robin in launch order: with as many hosts as workers, each worker has a host of its own.
-    for (size_t i = 0; i < names_.size(); ++i)
-      result_.host_addresses[names_[i]] = ctx_.hosts->address(hostOf(names_[i]));
+  if (ctx_.agents != nullptr) {
+    // Each node binds where its host's agent reaches the store from (on one machine, loopback: nothing to
+    // say).
+    std::map<std::string, std::string> devices;
+    for (const std::string& name : names_) {
+      const chaos::HostAgents::Host& host = ctx_.agents->host(hostOf(name));
+      result_.host_addresses[name] = host.address;
+      if (!host.address.empty() && !net::isLoopbackHost(host.address)) devices[name] = host.device;
+    }
     config["host_addresses"] = result_.host_addresses;
-    config["net_device"] = EmulatedHosts::kDevice;
+    config["net_devices"] = devices;
   }
   CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
 
+  const std::string cgroup_group = (ctx_.claim ? ctx_.claim->owner() : ctx_.run_id) + "-" + strategy_.label;
+  if (ctx_.agents != nullptr) {
+    // Each host's agent starts, faults and stops the nodes placed on it.
+    chaos::HostAgents::SessionOptions so;
+    so.log_dir = dir_ + "/logs";
+    so.cgroup_group = cgroup_group;
+    so.pause_mode = spec_.chaos.parsed.pause_mode;
+    so.host_of = [this](const std::string& node) { return hostOf(node); };
+    so.on_exit = [this](const ExitInfo& info) { onExit(info); };
+    CHAOSBED_ASSIGN_OR_RETURN(auto nodes, ctx_.agents->session(std::move(so)));
+    agent_nodes_ = nodes.get();
+    launcher_ = std::move(nodes);
+    return Status::ok();
+  }
   LauncherOptions lo;
   lo.log_dir = dir_ + "/logs";
-  lo.cgroup_group = (ctx_.claim ? ctx_.claim->owner() : ctx_.run_id) + "-" + strategy_.label;
+  lo.cgroup_group = cgroup_group;
   lo.on_exit = [this](const ExitInfo& info) { onExit(info); };
   lo.stop_grace = 3000ms;
   CHAOSBED_ASSIGN_OR_RETURN(launcher_, Launcher::create(lo));
@@ -102,7 +121,6 @@ Status Supervisor::launchAll() {
     n.args = {n.role, "--node_config=" + dir_ + "/node-config.json"};
     n.env = {{"OPENBLAS_NUM_THREADS", "1"}};
     n.cpus = spec_.cluster.cpu_per_node;
-    if (ctx_.hosts != nullptr) n.net_namespace_fd = ctx_.hosts->hostFd(hostOf(name));
     auto pid = launcher_->start(n);
     if (!pid.isOk()) return pid.status().withContext("starting " + name);
   }
@@ -302,6 +320,10 @@ Result<StrategyResult> Supervisor::run() {
     ao.hosts = ctx_.hosts;
     actuators = std::make_unique<chaos::ActuatorSet>(*this, ao);
     auto map = actuators->map();
+    if (agent_nodes_ != nullptr)  // process faults are the agents' of the nodes' hosts; link faults stay here
+      for (chaos::FaultKind k : {chaos::FaultKind::kKill, chaos::FaultKind::kPreempt, chaos::FaultKind::kPause,
+                                 chaos::FaultKind::kVanish, chaos::FaultKind::kSlow})
+        map[k] = agent_nodes_->actuator();
     for (auto& [kind, actuator] : map) {
       observers.push_back(std::make_unique<ObservedActuator>(actuator, this));
       actuator = observers.back().get();

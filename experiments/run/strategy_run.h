@@ -27,6 +27,7 @@
 #include "chaos/event_log.h"
 #include "chaos/fault.h"
 #include "chaos/host_state.h"
+#include "chaos/agent/host_agents.h"
 #include "core/isolation/emulated_hosts.h"
 #include "core/metrics/accounting.h"
 #include "core/metrics/exporter.h"
@@ -149,8 +150,11 @@ struct RunContext {
   std::string out_dir;          // the results directory of the run
   std::string run_id;
   std::string store_address;    // the StoreServer the nodes connect to
-  // hosts: {netns: N}: the hosts the nodes are placed on (round-robin in launch order); null: local.
+  // hosts: {netns: N}: the emulated hosts (their kernels carry link faults between them); null otherwise.
   const EmulatedHosts* hosts = nullptr;
+  // hosts: {netns | agents: N}: the host agents that run and fault the nodes (placed round-robin in launch
+  // order, or by the spec's placement); null: local, this process's own launcher.
+  chaos::HostAgents* agents = nullptr;
   std::string secret_file;      // the run's Secret (mode 0600), handed to the nodes by path
   std::string data_path;        // where nodes load the dataset from, when not the spec's data.path (a raw copy)
   Store* store = nullptr;       // the controller's own client of it

@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 #include "chaos/actuators/link.h"
+#include "chaos/agent/host_agents.h"
 #include "chaos/cluster.h"
 #include "chaos/controller.h"
 #include "core/control/failure_detector.h"
@@ -175,7 +176,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
       if (n == node) break;
       if (!placed.count(n)) ++turn;
     }
-    return int(turn % size_t(ctx_.hosts->size()));
+    return int(turn % size_t(ctx_.agents->size()));
   }
   double now() const { return start_ns_ == 0 ? 0.0 : double(realtimeNs() - start_ns_) * 1e-9; }
 
@@ -253,7 +254,8 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   std::set<std::string> node_set_;          // the nodes this strategy runs
   std::vector<std::string> names_;
 
-  std::unique_ptr<Launcher> launcher_;
+  std::unique_ptr<NodeRunner> launcher_;  // a Launcher here, or a session of the host agents
+  chaos::AgentNodes* agent_nodes_ = nullptr;  // = launcher_ when the nodes live on the agents' hosts
   int64_t start_ns_ = 0;
   double controller_cpu_at_start_ = 0;  // the controller process's CPU seconds when training started
   bool polling_events_ = false;  // the main loop reads events every tick: their latency is the control plane's

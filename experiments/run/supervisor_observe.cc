@@ -65,13 +65,8 @@ void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
     fenced_.insert(name);
   }
   // Fence it, as a cluster manager does before it replaces a node: its exit is then the failure the
-  // strategy recovers from. A frozen v1 task dies only once thawed.
+  // strategy recovers from (the runner thaws a frozen one, which dies only once thawed).
   if (Status s = launcher_->signal(name, SIGKILL); !s.isOk()) LOG(WARNING) << "fencing " << name << ": " << s.toString();
-  if (NodeCgroup* cg = launcher_->cgroup(name)) {
-    Result<bool> frozen = cg->isFrozen();
-    if (frozen.isOk() && *frozen)
-      if (Status s = cg->thaw(); !s.isOk()) LOG(WARNING) << "thawing " << name << " after fencing it: " << s.toString();
-  }
 }
 
 void Supervisor::readEvents() {

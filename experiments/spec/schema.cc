@@ -16,7 +16,7 @@ constexpr const char* kProbes[] = {
     "seed: 0",
     R"(
 metadata: {name: p, labels: {team: x}}
-cluster: {workers: 2, failure_detection: {}, hosts: {placement: {worker-0: 0}}}
+cluster: {workers: 2, failure_detection: {}, hosts: {netns: 1, placement: {worker-0: 0}}}
 data: {dataset: synthetic}
 model: {layers: [2, 2]}
 workload: {emulate: {}}
@@ -59,6 +59,7 @@ training: {learning_rate: 0.5, momentum: 0.5, batch_per_worker: 8, weight_decay:
 strategies: [{name: mirrored, training: {}}, {name: parameter_server}]
 sweep: {seeds: [1]}
 )",
+    "cluster: {workers: 1, hosts: {agents: 1, listen: 127.0.0.1}}",
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "experiments/spec/spec.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -67,7 +70,7 @@ const char* enumName(Enum v, const std::pair<Enum, const char*> (&table)[N]) {
 }
 
 constexpr std::pair<Transport, const char*> kTransports[] = {{Transport::kUcx, "ucx"}, {Transport::kNccl, "nccl"}};
-constexpr std::pair<Hosts, const char*> kHosts[] = {{Hosts::kLocal, "local"}, {Hosts::kNetns, "netns"}};
+constexpr std::pair<Hosts, const char*> kHosts[] = {{Hosts::kLocal, "local"}, {Hosts::kNetns, "netns"}, {Hosts::kAgents, "agents"}};
 constexpr std::pair<Dataset, const char*> kDatasets[] = {
     {Dataset::kFashionMnist, "fashion-mnist"}, {Dataset::kMnist, "mnist"}, {Dataset::kSynthetic, "synthetic"}};
 constexpr std::pair<StrategyKind, const char*> kStrategies[] = {{StrategyKind::kMirrored, "mirrored"},
@@ -91,32 +94,56 @@ void parseMetadata(const ConfigNode& root, ExperimentSpec* spec) {
   }
 }
 
-// hosts: local | {netns: N, placement: {node: host}}. Nodes not placed by name go round-robin in launch order
-// (workers, servers, the evaluator).
+// hosts: local | {netns: N, placement: {node: host}} | {agents: N, listen: ADDRESS, placement: ...}. Nodes not
+// placed by name go round-robin in launch order (workers, servers, the evaluator).
 void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
   ConfigNode h = cluster.child("hosts");
   if (h.isNull() || h.isScalar()) {
-    if (h.isScalar() && h.as<std::string>() == "netns") {
-      h.error("give the number of emulated hosts: hosts: {netns: N}");
+    if (h.isScalar() && (h.as<std::string>() == "netns" || h.as<std::string>() == "agents")) {
+      h.error("give the number of hosts: hosts: {" + h.as<std::string>() + ": N}");
       return;
     }
     c->hosts = enumFrom(cluster.oneOf("hosts", {"local"}, "local"), kHosts, Hosts::kLocal);
     return;
   }
   if (!h.isMap()) {
-    h.error("expected local or {netns: N} (N emulated hosts, network namespaces on this machine)");
+    h.error("expected local, {netns: N} (N emulated hosts, network namespaces on this machine) or {agents: N} "
+            "(N machines, each running chaosbed agent)");
     return;
   }
-  h.checkKeys({"netns", "list", "placement"});
+  h.checkKeys({"netns", "agents", "listen", "list", "placement"});
   if (h.has("list")) {
-    h.rejectKey("list", "real machines need a chaosbed agent on each, which is not built yet (issue #15); use "
-                        "local or {netns: N}");
+    h.rejectKey("list", "machines are not listed: start chaosbed agent on each (it joins the run through the "
+                        "results directory's agents.json) and say how many with hosts: {agents: N, listen: ADDRESS}");
     return;
   }
-  c->hosts = Hosts::kNetns;
-  c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
+  if (h.has("netns") == h.has("agents")) {
+    h.error(h.has("netns") ? "netns and agents exclude each other: emulated hosts on this machine, or real ones"
+                           : "give netns: N (emulated hosts) or agents: N (machines running chaosbed agent)");
+    return;
+  }
+  if (h.has("agents")) {
+    c->hosts = Hosts::kAgents;
+    c->agent_hosts = h.required<int>("agents", Range::closed(1, kMaxNodes));
+    c->listen = h.optional<std::string>("listen", c->listen);
+    // Where the store listens: one interface of this machine, named; a wildcard would offer it to every network.
+    auto where = net::parseHostPort(c->listen.find(':') == std::string::npos ? c->listen + ":0" : c->listen);
+    in_addr ip{};
+    if (!where.isOk() || ::inet_pton(AF_INET, where->host.c_str(), &ip) != 1)
+      h.child("listen").error("expected an IPv4 address of this machine, optionally with :port (e.g. 10.0.0.5 or "
+                              "10.0.0.5:29500)");
+    else if (ip.s_addr == htonl(INADDR_ANY))
+      h.child("listen").error("0.0.0.0 would listen on every network: name the address of the interface the "
+                              "agents reach this machine on");
+  } else {
+    c->hosts = Hosts::kNetns;
+    c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
+    if (h.has("listen")) h.rejectKey("listen", "emulated hosts reach the controller on their bridge; listen is for {agents: N}");
+  }
+  const int hosts = c->hostCount();
+  const int max_hosts = c->hosts == Hosts::kNetns ? kMaxNetnsHosts : kMaxNodes;
   for (const auto& [node, value] : h.child("placement").entries()) {
-    const int host = value.as<int>(0, Range::closed(0, kMaxNetnsHosts - 1));
+    const int host = value.as<int>(0, Range::closed(0, max_hosts - 1));
     // Only the spec's own node names, as the launcher writes them ("worker-04" is not worker-4).
     const auto id = control::NodeId::parse(node);
     const int count = !id ? 0 : id->isWorker() ? c->workers : id->isServer() ? c->servers : 1;
@@ -128,8 +155,8 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
                                              (c->servers > 0 ? ", " + range("ps", c->servers) : "") + " and evaluator-0");
       continue;
     }
-    if (c->netns_hosts > 0 && host >= c->netns_hosts) {
-      value.error("host " + std::to_string(host) + " does not exist: hosts are 0.." + std::to_string(c->netns_hosts - 1));
+    if (hosts > 0 && host >= hosts) {
+      value.error("host " + std::to_string(host) + " does not exist: hosts are 0.." + std::to_string(hosts - 1));
       continue;
     }
     c->placement[node] = host;
@@ -641,9 +668,14 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
   emitInt(e, "servers", spec.cluster.servers);
   emitDouble(e, "cpu_per_node", spec.cluster.cpu_per_node);
   emitPlain(e, "transport", name(spec.cluster.transport));
-  if (spec.cluster.hosts == Hosts::kNetns) {
+  if (spec.cluster.hosts != Hosts::kLocal) {
     e << YAML::Key << "hosts" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    emitInt(e, "netns", spec.cluster.netns_hosts);
+    if (spec.cluster.hosts == Hosts::kNetns) {
+      emitInt(e, "netns", spec.cluster.netns_hosts);
+    } else {
+      emitInt(e, "agents", spec.cluster.agent_hosts);
+      emitPlain(e, "listen", spec.cluster.listen.c_str());
+    }
     if (!spec.cluster.placement.empty()) {
       e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap;
       for (const auto& [node, host] : spec.cluster.placement) emitInt(e, node.c_str(), host);

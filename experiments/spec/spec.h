@@ -52,7 +52,7 @@ inline constexpr const char* kApiVersion = "chaosbed/v1alpha1";
 inline constexpr const char* kKind = "Experiment";
 
 enum class Transport : uint8_t { kUcx, kNccl };
-enum class Hosts : uint8_t { kLocal, kNetns };
+enum class Hosts : uint8_t { kLocal, kNetns, kAgents };
 enum class Dataset : uint8_t { kFashionMnist, kMnist, kSynthetic };
 enum class StrategyKind : uint8_t { kMirrored, kParameterServer };
 enum class OnFailure : uint8_t { kRestart, kElastic };
@@ -91,10 +91,16 @@ struct ClusterSpec {
   double cpu_per_node = 0;   // CPU quota per node in cores; 0 = no quota
   Transport transport = Transport::kUcx;
   Hosts hosts = Hosts::kLocal;
-  int netns_hosts = 0;       // hosts: {netns: N}: N in [1, kMaxNetnsHosts]; 0 with hosts: local
-  // hosts: {netns: N, placement: {node: host}}: nodes placed by name; the others round-robin in launch order
-  // (workers, servers, the evaluator) over every host.
+  int netns_hosts = 0;       // hosts: {netns: N}: N in [1, kMaxNetnsHosts]; 0 otherwise
+  // hosts: {agents: N, listen: ADDRESS}: N host agents join (chaosbed agent, started by srun, mpirun, a pod or
+  // by hand on each machine); the controller's store listens on ADDRESS (an IPv4 address of this machine,
+  // optionally :port; never a wildcard). agent_hosts is 0 otherwise.
+  int agent_hosts = 0;
+  std::string listen = "127.0.0.1";
+  // hosts: {netns | agents: N, placement: {node: host}}: nodes placed by name; the others round-robin in
+  // launch order (workers, servers, the evaluator) over every host.
   std::map<std::string, int> placement;
+  int hostCount() const { return hosts == Hosts::kNetns ? netns_hosts : hosts == Hosts::kAgents ? agent_hosts : 0; }
   // Nodes take part in the control plane only (ready, stats, events, membership, link commands) and train
   // nothing: for measuring the controller and the store at scale. Results carry no accuracy.
   bool simulate = false;

@@ -96,6 +96,41 @@ TEST_F(Slurm, ExperimentRunsAsABatchJobThroughSrun) {
       << s["provenance"].dump(2);
 }
 
+// More than one task: one host agent per task (srun), the controller in the batch script, the experiment on
+// the agents' hosts (here two tasks of the one node, as two hosts).
+TEST_F(Slurm, ExperimentSpansTheAgentsThatSrunStartsOnePerTask) {
+  const std::string spec = writeSpec("agents", "");
+  const std::string out = *dir_ + "/agents-out";
+  ::setenv("CHAOSBED", testing::chaosbedBinary().c_str(), 1);
+  ::setenv("CHAOSBED_LISTEN", "127.0.0.1", 1);  // the one node's agents reach the controller on loopback
+  testing::Command job({sbatch_, "--wait", "--ntasks=2", "--output=" + *dir_ + "/agents-job.log",
+                        std::string(CHAOSBED_SOURCE_DIR) + "/deploy/slurm/chaosbed.sbatch", spec, out,
+                        "--metrics_addr=127.0.0.1:0"});
+  auto code = job.wait(deadlineIn(240s));
+  ::unsetenv("CHAOSBED");
+  ::unsetenv("CHAOSBED_LISTEN");
+  ASSERT_TRUE(code.has_value()) << "the batch job did not finish in 240 s:\n" << job.output();
+  ASSERT_EQ(*code, 0) << job.output() << "\njob log:\n" << readFile(*dir_ + "/agents-job.log");
+  const nlohmann::json s = summary(out);
+  EXPECT_TRUE(s.value("complete", false)) << s.dump(2);
+  for (const char* strategy : {"mirrored", "parameter_server"})
+    EXPECT_TRUE(s["strategies"][strategy].value("reached_target", false)) << strategy << ": " << s.dump(2);
+  ASSERT_TRUE(s["hosts"].is_array()) << s.dump(2);
+  ASSERT_EQ(s["hosts"].size(), 2u) << s["hosts"].dump(2);
+  // Each agent is a task of one step of this job.
+  const std::string job_id = s["provenance"]["slurm_job"].get<std::string>();
+  std::set<std::string> tasks;
+  for (const auto& h : s["hosts"]) {
+    std::smatch m;
+    const std::string by = h["launched_by"].get<std::string>();
+    ASSERT_TRUE(std::regex_match(by, m, std::regex("slurm job ([0-9]+) step [0-9]+ task ([0-9]+)"))) << by;
+    EXPECT_EQ(m[1], job_id) << by;
+    tasks.insert(m[2]);
+  }
+  EXPECT_EQ(tasks, (std::set<std::string>{"0", "1"}));
+  EXPECT_TRUE(testing::processesMentioning(out + "/").empty()) << "a process of the job is left";
+}
+
 TEST_F(Slurm, SweepRunsPointsAsJobArrayTasksSurvivesAnInterruptAndResumes) {
   const std::string spec = writeSpec("sweep", "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: [1]\n  seeds: [7]\n");
   const std::string out = *dir_ + "/sweep-out";

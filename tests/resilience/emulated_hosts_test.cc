@@ -146,6 +146,26 @@ std::map<pid_t, ino_t> nodeNamespaces(const std::string& out, size_t count, Dead
   return ns;
 }
 
+// argv of a process, or empty when it is gone.
+std::vector<std::string> argvOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
+  return argv;
+}
+
+pid_t parentOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  char state;
+  pid_t parent = 0;
+  rest >> state >> parent;
+  return parent;
+}
+
 TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
   if (const std::string why = whyNoNamespaces(); !why.empty()) GTEST_SKIP() << why;
   if (!fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
@@ -155,11 +175,26 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
   const std::string out = dir + "/out";
   testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
   // The first strategy's nodes: on four hosts, none in this test's namespace.
-  const auto ns = nodeNamespaces(out, 5, deadlineIn(60s));
+  const auto ns = nodeNamespaces(out, 9, deadlineIn(60s));  // 5 nodes and 4 host agents
   std::set<ino_t> distinct;
   for (const auto& [pid, ino] : ns) distinct.insert(ino);
-  EXPECT_EQ(distinct.size(), 4u) << "5 nodes on 4 emulated hosts";
+  EXPECT_EQ(distinct.size(), 4u) << "5 nodes and their agents on 4 emulated hosts";
   EXPECT_EQ(distinct.count(netnsOf(::getpid())), 0u) << "a node runs in the controller's network namespace";
+  // Each host's agent owns the nodes of its host: one agent per host, in that host's namespace.
+  // (A node between its fork and its exec still shows its agent's command line: agents are the controller's
+  // children.)
+  std::map<pid_t, ino_t> agents;
+  for (const auto& [pid, ino] : ns)
+    if (const auto argv = argvOf(pid); argv.size() > 1 && argv[1] == "agent" && parentOf(pid) == run.pid())
+      agents[pid] = ino;
+  EXPECT_EQ(agents.size(), 4u) << "one agent per emulated host";
+  for (const auto& [pid, ino] : ns) {
+    const auto argv = argvOf(pid);
+    if (argv.size() < 2 || argv[1] == "agent") continue;
+    const auto agent = agents.find(parentOf(pid));
+    ASSERT_NE(agent, agents.end()) << argv[1] << " (pid " << pid << ") is not a child of a host agent";
+    EXPECT_EQ(agent->second, ino) << "a node runs outside its agent's host";
+  }
   auto code = run.wait(deadlineIn(240s));
   ASSERT_TRUE(code.has_value()) << run.output();
   ASSERT_EQ(*code, 0) << run.output();
@@ -169,6 +204,14 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
   EXPECT_EQ(validate.wait(deadlineIn(30s)), 0) << validate.output();
 
   const auto summary = nlohmann::json::parse(testing::readFile(out + "/summary.json"));
+  // Each host's agent, started by the controller in its namespace, reaches the store from its own address.
+  ASSERT_TRUE(summary["hosts"].is_array()) << summary.dump();
+  ASSERT_EQ(summary["hosts"].size(), 4u) << summary["hosts"].dump();
+  for (int h = 0; h < 4; ++h) {
+    EXPECT_EQ(summary["hosts"][h]["address"], "10.200.0." + std::to_string(h + 2)) << summary["hosts"].dump();
+    EXPECT_EQ(summary["hosts"][h]["device"], "eth0");
+    EXPECT_EQ(summary["hosts"][h]["launched_by"], "the controller");
+  }
   for (const char* label : {"mirrored", "parameter_server"}) {
     SCOPED_TRACE(label);
     const auto& s = summary["strategies"][label];
@@ -188,12 +231,15 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
   std::ifstream events(out + "/events.jsonl");
   for (std::string line; std::getline(events, line);) {
     const auto e = nlohmann::json::parse(line);
-    if (e.value("type", "") == "chaos.applied" && e.value("kind", "") == "link")
+    if (e.value("type", "") == "chaos.applied")
       via[e["name"].get<std::string>()].insert(e["params"]["via"].get<std::string>());
   }
   EXPECT_EQ(via["link"], std::set<std::string>{"shaper"});
   EXPECT_EQ(via["cap"], std::set<std::string>{"kernel"});
   EXPECT_EQ(via["cut"], std::set<std::string>{"kernel"});
+  // and the hosts' agents for the kill and the pause.
+  EXPECT_EQ(via["kill"], std::set<std::string>{"host-agent"});
+  EXPECT_EQ(via["pause"], std::set<std::string>{"host-agent"});
   fs::remove_all(dir);
 }
 
@@ -205,8 +251,8 @@ TEST(EmulatedHostsRun, AControllerKilledMidRunLeavesNoNamespaceDeviceOrProcess) 
   const std::string out = dir + "/out";
   testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
   const auto owner = chaos::ownerName(run.pid());
-  const auto ns = nodeNamespaces(out, 5, deadlineIn(60s));
-  ASSERT_GE(ns.size(), 5u) << "the nodes never started:\n" << run.output();
+  const auto ns = nodeNamespaces(out, 9, deadlineIn(60s));  // 5 nodes and 4 host agents
+  ASSERT_GE(ns.size(), 9u) << "the nodes never started:\n" << run.output();
   std::set<ino_t> used;
   for (const auto& [pid, ino] : ns) used.insert(ino);
   ASSERT_EQ(used.size(), 4u) << "the nodes are not on 4 emulated hosts";

@@ -81,17 +81,38 @@ const BadSpec kBadSpecs[] = {
      {"t.yaml:4:34: cluster.transport: 'tcp' is not one of: ucx, nccl"}},
     {"emulated hosts need their number",
      spec("cluster: {workers: 4, hosts: netns}\n", kData, kStrategies),
-     {"t.yaml:4:30: cluster.hosts: give the number of emulated hosts: hosts: {netns: N}"}},
+     {"t.yaml:4:30: cluster.hosts: give the number of hosts: hosts: {netns: N}"}},
     {"emulated hosts: at least one",
      spec("cluster: {workers: 4, hosts: {netns: 0}}\n", kData, kStrategies),
      {"t.yaml:4:38: cluster.hosts.netns: must be in [1, 64], got 0"}},
     {"emulated hosts: one /24 of addresses",
      spec("cluster: {workers: 4, hosts: {netns: 65}}\n", kData, kStrategies),
      {"t.yaml:4:38: cluster.hosts.netns: must be in [1, 64], got 65"}},
-    {"real machines, not built: refused rather than run on this host unannounced",
+    {"machines are not listed: their agents join",
      spec("cluster: {workers: 4, hosts: {list: [a:1]}}\n", kData, kStrategies),
-     {"t.yaml:4:31: cluster.hosts.list: real machines need a chaosbed agent on each, which is not built yet "
-      "(issue #15); use local or {netns: N}"}},
+     {"t.yaml:4:31: cluster.hosts.list: machines are not listed: start chaosbed agent on each (it joins the run "
+      "through the results directory's agents.json) and say how many with hosts: {agents: N, listen: ADDRESS}"}},
+    {"joining agents need their number",
+     spec("cluster: {workers: 4, hosts: agents}\n", kData, kStrategies),
+     {"t.yaml:4:30: cluster.hosts: give the number of hosts: hosts: {agents: N}"}},
+    {"emulated or real hosts, not both",
+     spec("cluster: {workers: 4, hosts: {netns: 2, agents: 2}}\n", kData, kStrategies),
+     {"t.yaml:4:30: cluster.hosts: netns and agents exclude each other: emulated hosts on this machine, or real ones"}},
+    {"the store never listens on every network",
+     spec("cluster: {workers: 4, hosts: {agents: 2, listen: 0.0.0.0}}\n", kData, kStrategies),
+     {"t.yaml:4:50: cluster.hosts.listen: 0.0.0.0 would listen on every network: name the address of the "
+      "interface the agents reach this machine on"}},
+    {"the store listens on an address, not a name",
+     spec("cluster: {workers: 4, hosts: {agents: 2, listen: head-node:29500}}\n", kData, kStrategies),
+     {"t.yaml:4:50: cluster.hosts.listen: expected an IPv4 address of this machine, optionally with :port (e.g. "
+      "10.0.0.5 or 10.0.0.5:29500)"}},
+    {"emulated hosts listen on their bridge",
+     spec("cluster: {workers: 4, hosts: {netns: 2, listen: 10.0.0.5}}\n", kData, kStrategies),
+     {"t.yaml:4:41: cluster.hosts.listen: emulated hosts reach the controller on their bridge; listen is for "
+      "{agents: N}"}},
+    {"a placement on a joining host that does not exist",
+     spec("cluster: {workers: 4, hosts: {agents: 2, placement: {worker-1: 2}}}\n", kData, kStrategies),
+     {"t.yaml:4:64: cluster.hosts.placement.worker-1: host 2 does not exist: hosts are 0..1"}},
     {"a placement names the spec's nodes",
      spec("cluster: {workers: 4, servers: 1, hosts: {netns: 2, placement: {ps-1: 1, worker-04: 0, chief-0: 0}}}\n",
           kData, kStrategies),
@@ -106,7 +127,8 @@ const BadSpec kBadSpecs[] = {
      {"t.yaml:4:63: cluster.hosts.placement.worker-1: host 2 does not exist: hosts are 0..1"}},
     {"hosts is a word or a map",
      spec("cluster: {workers: 4, hosts: [1]}\n", kData, kStrategies),
-     {"t.yaml:4:30: cluster.hosts: expected local or {netns: N} (N emulated hosts, network namespaces on this machine)"}},
+     {"t.yaml:4:30: cluster.hosts: expected local, {netns: N} (N emulated hosts, network namespaces on this machine) "
+      "or {agents: N} (N machines, each running chaosbed agent)"}},
     {"NCCL stays on one host",
      spec("cluster: {workers: 4, transport: nccl, hosts: {netns: 2}}\n", kData, kStrategies),
      {"t.yaml:4:40: cluster.hosts: emulated hosts carry data over UCX's TCP transport; transport: nccl runs on "
@@ -424,6 +446,27 @@ TEST(SpecValidation, EmulatedHostsAndThePlacementAreEmittedBackAsTheyWereGiven) 
     EXPECT_EQ(again->cluster.netns_hosts, 3);
     EXPECT_EQ(again->cluster.placement, s->cluster.placement);
   }
+}
+
+TEST(SpecValidation, JoiningHostsAndTheirListenAddressAreEmittedBackAsTheyWereGiven) {
+  config::Diagnostics d;
+  auto s = parseExperimentSpec(
+      YAML::Load(spec("cluster: {workers: 4, hosts: {agents: 3, listen: 10.1.2.3:29500, placement: {worker-3: 2}}}\n",
+                      kData, kStrategies)),
+      "t.yaml", &d);
+  ASSERT_TRUE(s.has_value()) << d.toString();
+  EXPECT_EQ(s->cluster.hosts, Hosts::kAgents);
+  EXPECT_EQ(s->cluster.agent_hosts, 3);
+  EXPECT_EQ(s->cluster.hostCount(), 3);
+  EXPECT_EQ(s->cluster.listen, "10.1.2.3:29500");
+  auto again = reparsed(*s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->cluster, s->cluster);
+  // Without listen: loopback, so agents on this machine only.
+  auto local = parseExperimentSpec(YAML::Load(spec("cluster: {workers: 4, hosts: {agents: 2}}\n", kData, kStrategies)),
+                                   "t.yaml", &d);
+  ASSERT_TRUE(local.has_value()) << d.toString();
+  EXPECT_EQ(local->cluster.listen, "127.0.0.1");
 }
 
 TEST(SpecValidation, AConvolutionalNetTakesTheImagesAsTheyAre) {
