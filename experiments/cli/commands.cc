@@ -27,7 +27,7 @@ const Command kCommands[] = {
     {"help", "[COMMAND]", "show the commands, or one command's arguments and flags", "", runHelp},
     {"run", "SPEC [--out DIR] [--set PATH=VALUE]...",
      "run an experiment: every strategy of SPEC, one after the other, under the same drawn chaos",
-     "out,set,metrics_addr,metrics_allow_remote,metrics_await_scrape,push_gateway", runExperiment},
+     "out,set,secret_file,metrics_addr,metrics_allow_remote,metrics_await_scrape,push_gateway", runExperiment},
     {"validate", "SPEC... [--set PATH=VALUE]...", "check experiment specs and suites; exit 3 with every problem",
      "set", validate},
     {"report", "RESULTS_DIR", "regenerate a results directory's report.html", "", runReport},

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 
 #include "chaos/controller.h"
 #include "core/metrics/prometheus_http_server.h"
@@ -17,6 +18,8 @@
 DEFINE_string(set, "", "override one spec field, PATH=VALUE (cluster.workers=2, training.learning_rate=0.05); "
                        "repeatable, applied in order, checked as the spec is");
 DEFINE_string(out, "", "results directory (default: <output.dir>/<experiment>/<UTC time>-<id>)");
+DEFINE_string(secret_file, "", "use this run secret (64 hex digits in a 0600 file of this user, e.g. a mounted "
+                               "Kubernetes Secret) instead of a fresh one; the host agents read the same path");
 DEFINE_string(metrics_addr, "", "host:port of the Prometheus endpoint (default: the spec's metrics.listen; "
                                 "port 0 picks a free port; 'off' disables it); loopback only unless "
                                 "--metrics_allow_remote");
@@ -91,6 +94,7 @@ int runExperiment(int argc, char** argv) {
   options.metrics_allow_remote = FLAGS_metrics_allow_remote;
   options.metrics_await_scrape = FLAGS_metrics_await_scrape;
   options.push_gateway = FLAGS_push_gateway;
+  if (!FLAGS_secret_file.empty()) options.secret_file = std::filesystem::absolute(FLAGS_secret_file).string();
   options.interrupted = &interrupted;
   options.tty = isatty(STDOUT_FILENO);
   auto outcome = run::runExperiment(*spec, options);

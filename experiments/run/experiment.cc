@@ -106,9 +106,10 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   for (const std::string& e : healed.errors) std::fprintf(stderr, "chaosbed run: warning: healing: %s\n", e.c_str());
   CHAOSBED_ASSIGN_OR_RETURN(chaos::RunClaim claim, chaos::RunClaim::create(host_root));
   // The nodes map one raw copy of the dataset, decoded once here: each node's memory is then its own state,
-  // and 64 nodes do not each decompress 26 MB at start-up.
+  // and 64 nodes do not each decompress 26 MB at start-up. Nodes on other machines (hosts: {agents: N})
+  // cannot see this machine's copy: they read data.path, which every machine must have, as the binary.
   std::string data_path;
-  if (spec.data.dataset != spec::Dataset::kSynthetic) {
+  if (spec.data.dataset != spec::Dataset::kSynthetic && spec.cluster.hosts != spec::Hosts::kAgents) {
     CHAOSBED_ASSIGN_OR_RETURN(data_path, claim.scratchDir());
     if (Status s = data::writeRawMnistLayout(spec.data.path, data_path); !s.isOk())
       return s.withContext("data.path");
@@ -146,14 +147,25 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));
   // The run's secret: every control connection proves it holds it (transports/bootstrap/secret.h). Nodes
   // read it from a 0600 file in the 0700 results directory; it is removed when the run ends.
-  CHAOSBED_ASSIGN_OR_RETURN(Secret secret, Secret::generate());
-  const std::string secret_file = dir + "/.secret";
-  ::unlink(secret_file.c_str());  // an earlier run's in a reused --out (unlink never follows a symlink)
-  CHAOSBED_RETURN_IF_ERROR(secret.writeFile(secret_file));
   struct RemoveOnExit {
     std::string path;
-    ~RemoveOnExit() { ::unlink(path.c_str()); }
-  } remove_secret{secret_file};
+    ~RemoveOnExit() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  };
+  std::string secret_file = options.secret_file;
+  RemoveOnExit remove_secret;
+  Result<Secret> secret = Status::internal("no secret");
+  if (secret_file.empty()) {
+    secret = Secret::generate();
+    secret_file = dir + "/.secret";
+    ::unlink(secret_file.c_str());  // an earlier run's in a reused --out (unlink never follows a symlink)
+    if (secret.isOk()) CHAOSBED_RETURN_IF_ERROR(secret->writeFile(secret_file));
+    remove_secret.path = secret_file;
+  } else {
+    secret = Secret::readFile(secret_file);  // 0600, this user's, not a symlink: else refused, saying why
+  }
+  if (!secret.isOk()) return secret.status();
   // Emulated hosts (hosts: {netns: N}): the nodes reach the store on the fabric's address, the controller
   // on loopback; one server serves both.
   std::unique_ptr<EmulatedHosts> hosts;
@@ -168,8 +180,8 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   std::string store_listen = "127.0.0.1:0";
   if (spec.cluster.hosts == spec::Hosts::kAgents)
     store_listen = spec.cluster.listen + (spec.cluster.listen.find(':') == std::string::npos ? ":0" : "");
-  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer(store_listen, secret, std::move(fabric_listener)));
-  CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), secret, deadlineIn(std::chrono::seconds(10))));
+  CHAOSBED_ASSIGN_OR_RETURN(auto server, startStoreServer(store_listen, *secret, std::move(fabric_listener)));
+  CHAOSBED_ASSIGN_OR_RETURN(auto store, connectStore(server->address(), *secret, deadlineIn(std::chrono::seconds(10))));
 
   // One agent per host owns the nodes there: started here in each emulated host, or joining from the
   // machines of a real cluster through agents.json (which names the store and the secret's file, not the

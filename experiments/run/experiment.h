@@ -21,6 +21,10 @@ struct ExperimentOptions {
   // Wait for scrapes at each strategy's start and at the end (so does the spec's metrics.await_scrape).
   bool metrics_await_scrape = false;
   std::string push_gateway;   // empty: the spec's metrics.push_gateway (if any); checked by the caller
+  // The run's secret, provisioned by the caller (a Kubernetes Secret mounted in the controller's and the
+  // agents' pods): a 0600 file of this user, read as it is and left in place. Empty: a fresh secret per run,
+  // in the results directory, removed at the end.
+  std::string secret_file;
   const std::atomic<bool>* interrupted = nullptr;
   FILE* progress = stdout;    // live progress and the final table; nullptr: silent
   bool tty = false;           // rewrite one progress line in place
