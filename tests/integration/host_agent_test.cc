@@ -33,8 +33,7 @@ struct ProcStat {
   pid_t parent = 0;
 };
 ProcStat procStat(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = testing::readFile("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return {};
   ProcStat s;

@@ -31,6 +31,7 @@
 
 #include "core/isolation/cgroup.h"
 #include "core/launcher/launcher.h"
+#include "tests/testing/command.h"
 
 extern char** environ;
 
@@ -84,8 +85,7 @@ const bool kIsHelper = [] {
 
 // Dead: gone from /proc, or a zombie waiting for a parent that is not us.
 bool processGone(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat = testing::readFile("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return true;
   size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() &&
@@ -110,8 +110,7 @@ std::vector<pid_t> liveInGroup(pid_t pgid) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string stat = testing::readFile((e.path() / "stat").string());
     size_t paren = stat.rfind(')');
     if (paren == std::string::npos) continue;
     std::istringstream rest(stat.substr(paren + 2));

@@ -148,15 +148,14 @@ std::map<pid_t, ino_t> nodeNamespaces(const std::string& out, size_t count, Dead
 
 // argv of a process, or empty when it is gone.
 std::vector<std::string> argvOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::istringstream in(testing::readFile("/proc/" + std::to_string(pid) + "/cmdline"));
   std::vector<std::string> argv;
   for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
   return argv;
 }
 
 pid_t parentOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = testing::readFile("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return 0;
   std::istringstream rest(text.substr(close + 2));

@@ -109,8 +109,21 @@ std::string chaosbedBinary() {
 }
 
 std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // read(2), not a stream: reading /proc/<pid>/* of a process that exits meanwhile fails with ESRCH, which
+  // libstdc++'s filebuf turns into an exception.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    text.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 std::string makeTempDir(const std::string& name) {
@@ -128,12 +141,9 @@ std::vector<pid_t> processesMentioning(const std::string& needle) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
-    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string cmdline = readFile("/proc/" + std::string(e->d_name) + "/cmdline");
     if (cmdline.find(needle) == std::string::npos) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string stat_line;
-    std::getline(stat, stat_line);
+    const std::string stat_line = readFile("/proc/" + std::string(e->d_name) + "/stat");
     auto close_paren = stat_line.rfind(')');
     if (close_paren != std::string::npos && close_paren + 2 < stat_line.size() && stat_line[close_paren + 2] == 'Z')
       continue;  // a zombie is not running
