@@ -27,7 +27,8 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 json AgentConfig::toJson() const {
-  return {{"store", store}, {"secret_file", secret_file}, {"run", run}, {"hosts", hosts}, {"lease_s", lease_s}};
+  return {{"store", store},     {"secret_file", secret_file}, {"run", run},
+          {"hosts", hosts},     {"host_names", host_names},   {"lease_s", lease_s}};
 }
 
 Result<AgentConfig> AgentConfig::read(const std::string& path) {
@@ -44,11 +45,14 @@ Result<AgentConfig> AgentConfig::read(const std::string& path) {
     c.run = j.at("run").get<std::string>();
     c.hosts = j.at("hosts").get<int>();
     c.lease_s = j.at("lease_s").get<double>();
+    c.host_names = j.value("host_names", std::vector<std::string>{});
   } catch (const json::exception& e) {
     return Status::invalidArgument("agent config " + path + ": " + e.what());
   }
   if (!(c.lease_s > 0)) return Status::invalidArgument("agent config " + path + ": lease_s must be > 0");
   if (c.hosts < 1) return Status::invalidArgument("agent config " + path + ": hosts must be >= 1");
+  if (!c.host_names.empty() && int(c.host_names.size()) != c.hosts)
+    return Status::invalidArgument("agent config " + path + ": host_names must name every host");
   return c;
 }
 
@@ -151,10 +155,7 @@ class Agent {
     if (!secret.isOk()) return secret.status().withContext("agent: the run's secret");
     CHAOSBED_ASSIGN_OR_RETURN(store_, connectStore(config_.store, *secret, deadlineIn(30s), 10000ms));
     if (host_ < 0) {
-      CHAOSBED_ASSIGN_OR_RETURN(int64_t joined, store_->add(agent_wire::joined(config_.run), 1));
-      if (joined > config_.hosts)
-        return Status::invalidArgument("the run has " + std::to_string(config_.hosts) + " hosts and all of them have joined");
-      host_ = int(joined - 1);
+      CHAOSBED_ASSIGN_OR_RETURN(host_, join());
     }
     const auto [address, device] = localRoute(config_.store);
     CHAOSBED_RETURN_IF_ERROR(store_->set(agent_wire::hello(config_.run, host_),
@@ -169,6 +170,30 @@ class Agent {
   }
 
  private:
+  // The next free host: by the order of joining, or among the hosts named as this machine.
+  Result<int> join() {
+    if (config_.host_names.empty()) {
+      CHAOSBED_ASSIGN_OR_RETURN(int64_t joined, store_->add(agent_wire::joined(config_.run), 1));
+      if (joined > config_.hosts)
+        return Status::invalidArgument("the run has " + std::to_string(config_.hosts) + " hosts and all of them have joined");
+      return int(joined - 1);
+    }
+    const std::string name = hostName();
+    const std::string short_name = name.substr(0, name.find('.'));
+    bool named = false;
+    for (size_t i = 0; i < config_.host_names.size(); ++i) {
+      const std::string& want = config_.host_names[i];
+      if (want != name && want != short_name) continue;
+      named = true;
+      CHAOSBED_ASSIGN_OR_RETURN(int64_t claims, store_->add(agent_wire::claim(config_.run, int(i)), 1));
+      if (claims == 1) return int(i);
+    }
+    std::string all;
+    for (const std::string& n : config_.host_names) all += (all.empty() ? "" : ", ") + n;
+    if (!named) return Status::invalidArgument("this machine, " + name + ", is not one of the run's hosts (" + all + ")");
+    return Status::invalidArgument("every host named " + short_name + " has joined already (the run's hosts: " + all + ")");
+  }
+
   Status serve(const std::atomic<bool>* interrupted) {
     const auto lease_timeout = std::chrono::duration<double>(config_.lease_s);
     auto lease_seen = SteadyClock::now();

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,9 @@ struct AgentConfig {
   std::string secret_file;  // the run's secret (a 0600 file; on a filesystem every host shares)
   std::string run;          // the run's id: the agents' keys live under it
   int hosts = 0;            // how many agents the run has
+  // Host i is the machine named host_names[i] (empty: hosts in the order the agents join); a name matches
+  // the machine's hostname or its first label.
+  std::vector<std::string> host_names;
   double lease_s = 10.0;    // the controller is gone when its lease has not moved for this long
 
   nlohmann::json toJson() const;
@@ -41,7 +45,7 @@ struct AgentConfig {
   static Result<AgentConfig> read(const std::string& path);
 };
 
-// Serves host `host` (-1: joins as the next free host) until the controller says quit (OK) or is gone
+// Serves host `host` (-1: joins as the next free host, or the next free one named as this machine) until the controller says quit (OK) or is gone
 // (Unavailable, with why), or until *interrupted (Cancelled). Either way its nodes are stopped and its faults
 // reverted before it returns.
 Status runHostAgent(const AgentConfig& config, int host, const std::atomic<bool>* interrupted);

@@ -3,7 +3,8 @@
 // authenticates both ends (the run's secret), so what is read here comes from a holder of the secret; it is
 // still parsed as untrusted input (a malformed entry is an error, never a crash).
 //
-// "agents/<run>/joined" counts the agents that joined (host = the count before their own add). Under
+// "agents/<run>/joined" counts the agents that joined (host = the count before their own add); with named
+// hosts, "agents/<run>/claim/<i>" counts the claims on host i (the first claimant takes it). Under
 // "agents/<run>/<host>/":
 //   hello      the agent is up: {"pid", "host", "hostname", "address", "device", "launched_by"}; address is
 //              the one it reaches the store from, device the interface that holds it, launched_by the engine
@@ -30,6 +31,7 @@
 namespace chaosbed::chaos::agent_wire {
 
 inline std::string joined(const std::string& run) { return "agents/" + run + "/joined"; }
+inline std::string claim(const std::string& run, int host) { return "agents/" + run + "/claim/" + std::to_string(host); }
 inline std::string base(const std::string& run, int host) { return "agents/" + run + "/" + std::to_string(host) + "/"; }
 inline std::string hello(const std::string& run, int host) { return base(run, host) + "hello"; }
 inline std::string order(const std::string& run, int host, int64_t n) { return base(run, host) + "order/" + std::to_string(n); }

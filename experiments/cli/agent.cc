@@ -47,7 +47,8 @@ int runHostAgent(int, char**) {
   if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
   if (!s.isOk()) {
     std::fprintf(stderr, "chaosbed agent: %s\n", s.toString().c_str());
-    return kExitInfrastructure;
+    // Refused to join (not one of the run's hosts, or all of them have joined): the command was wrong.
+    return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitInfrastructure;
   }
   return kExitPass;
 }

@@ -195,6 +195,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     ao.config.secret_file = secret_file;
     ao.config.run = run_id;
     ao.config.hosts = spec.cluster.hostCount();
+    ao.config.host_names = spec.cluster.host_names;
     ao.config_path = dir + "/agents.json";
     ::unlink(ao.config_path.c_str());  // an earlier run's in a reused --out
     CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(ao.config_path, ao.config.toJson().dump(2) + "\n", 0600));

@@ -59,7 +59,7 @@ training: {learning_rate: 0.5, momentum: 0.5, batch_per_worker: 8, weight_decay:
 strategies: [{name: mirrored, training: {}}, {name: parameter_server}]
 sweep: {seeds: [1]}
 )",
-    "cluster: {workers: 1, hosts: {agents: 1, listen: 127.0.0.1}}",
+    "cluster: {workers: 1, hosts: {agents: 1, listen: 127.0.0.1, names: [a]}}",
 };
 
 }  // namespace

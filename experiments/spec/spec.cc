@@ -111,7 +111,7 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
             "(N machines, each running chaosbed agent)");
     return;
   }
-  h.checkKeys({"netns", "agents", "listen", "list", "placement"});
+  h.checkKeys({"netns", "agents", "listen", "names", "list", "placement"});
   if (h.has("list")) {
     h.rejectKey("list", "machines are not listed: start chaosbed agent on each (it joins the run through the "
                         "results directory's agents.json) and say how many with hosts: {agents: N, listen: ADDRESS}");
@@ -135,10 +135,18 @@ void parseHosts(const ConfigNode& cluster, ClusterSpec* c) {
     else if (ip.s_addr == htonl(INADDR_ANY))
       h.child("listen").error("0.0.0.0 would listen on every network: name the address of the interface the "
                               "agents reach this machine on");
+    c->host_names = h.optional<std::vector<std::string>>("names", {});
+    if (h.has("names") && int(c->host_names.size()) != c->agent_hosts)
+      h.child("names").error("names " + std::to_string(c->host_names.size()) + " machine(s), but agents is " +
+                             std::to_string(c->agent_hosts) + ": one name per host (a machine named twice runs two)");
+    for (const std::string& name : c->host_names)
+      if (name.empty() || name.find_first_of(" \t\n/") != std::string::npos)
+        h.child("names").error("'" + name + "' is not a host name");
   } else {
     c->hosts = Hosts::kNetns;
     c->netns_hosts = h.required<int>("netns", Range::closed(1, kMaxNetnsHosts));
     if (h.has("listen")) h.rejectKey("listen", "emulated hosts reach the controller on their bridge; listen is for {agents: N}");
+    if (h.has("names")) h.rejectKey("names", "emulated hosts are numbered; names are for {agents: N}");
   }
   const int hosts = c->hostCount();
   const int max_hosts = c->hosts == Hosts::kNetns ? kMaxNetnsHosts : kMaxNodes;
@@ -675,6 +683,11 @@ std::string emitExperimentSpec(const ExperimentSpec& spec) {
     } else {
       emitInt(e, "agents", spec.cluster.agent_hosts);
       emitPlain(e, "listen", spec.cluster.listen.c_str());
+      if (!spec.cluster.host_names.empty()) {
+        e << YAML::Key << "names" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (const std::string& name : spec.cluster.host_names) e << name;
+        e << YAML::EndSeq;
+      }
     }
     if (!spec.cluster.placement.empty()) {
       e << YAML::Key << "placement" << YAML::Value << YAML::Flow << YAML::BeginMap;

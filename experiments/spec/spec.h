@@ -97,6 +97,10 @@ struct ClusterSpec {
   // optionally :port; never a wildcard). agent_hosts is 0 otherwise.
   int agent_hosts = 0;
   std::string listen = "127.0.0.1";
+  // hosts: {agents: N, names: [machine, ...]}: host i is the machine named names[i] (its hostname, or the
+  // hostname's first label): an agent joins as the first free host of its machine's name, and placement
+  // then puts nodes on machines by name. Empty: hosts are numbered in the order the agents join.
+  std::vector<std::string> host_names;
   // hosts: {netns | agents: N, placement: {node: host}}: nodes placed by name; the others round-robin in
   // launch order (workers, servers, the evaluator) over every host.
   std::map<std::string, int> placement;

@@ -92,7 +92,10 @@ struct AgentRun {
     config.run = "test-" + std::to_string(::getpid());
     config.hosts = hosts;
     config.lease_s = lease_s;
-    std::ofstream(config_path) << config.toJson().dump();
+    write();
+  }
+  void write() {
+    std::ofstream(config_path, std::ios::trunc) << config.toJson().dump();
     ::chmod(config_path.c_str(), 0600);
   }
   HostAgents::Options options() const {
@@ -405,6 +408,39 @@ TEST_F(AgentLease, AnAgentWhoseStoreIsGoneStopsItsNodesAtOnce) {
   EXPECT_EQ(*code, 4) << agent.output();
   EXPECT_NE(agent.output().find("store is gone"), std::string::npos) << agent.output();
   EXPECT_TRUE(awaitState(node, [](char s) { return s == 0; }, deadlineIn(5s))) << "its node outlived it";
+}
+
+// Named hosts: an agent takes the first free host named as its machine, whatever the order of joining.
+TEST(HostAgents, AnAgentJoinsAsTheHostNamedAsItsMachine) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  const std::string machine = std::string(name).substr(0, std::string(name).find('.'));
+  AgentRun run(2);
+  run.config.host_names = {"elsewhere", machine};
+  run.write();
+  const std::vector<std::string> argv = {testing::chaosbedBinary(), "agent", "--agent_config=" + run.config_path};
+  testing::Command first(argv);
+  auto hello = run.store->get(agent_wire::hello(run.config.run, 1), deadlineIn(20s));
+  ASSERT_TRUE(hello.isOk()) << "no agent took host 1, the one named " << machine << ":\n" << first.output();
+  EXPECT_EQ(json::parse(*hello).at("pid").get<pid_t>(), first.pid());
+  EXPECT_FALSE(run.store->contains(agent_wire::hello(run.config.run, 0)).value()) << "host 0 is another machine's";
+
+  testing::Command second(argv);
+  auto refused = second.wait(deadlineIn(20s));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(*refused, 2) << second.output();
+  EXPECT_NE(second.output().find("every host named " + machine + " has joined already"), std::string::npos)
+      << second.output();
+
+  AgentRun other(1);
+  other.config.host_names = {"elsewhere"};
+  other.write();
+  testing::Command stranger({testing::chaosbedBinary(), "agent", "--agent_config=" + other.config_path});
+  auto code = stranger.wait(deadlineIn(20s));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(stranger.output().find("is not one of the run's hosts (elsewhere)"), std::string::npos) << stranger.output();
+  first.signal(SIGTERM);
+  EXPECT_TRUE(first.wait(deadlineIn(10s)).has_value());
 }
 
 TEST(AgentConfig, AMalformedConfigIsRefusedNamingTheFileAndTheField) {

@@ -110,6 +110,13 @@ const BadSpec kBadSpecs[] = {
      spec("cluster: {workers: 4, hosts: {netns: 2, listen: 10.0.0.5}}\n", kData, kStrategies),
      {"t.yaml:4:41: cluster.hosts.listen: emulated hosts reach the controller on their bridge; listen is for "
       "{agents: N}"}},
+    {"one name per joining host",
+     spec("cluster: {workers: 4, hosts: {agents: 3, names: [gpu-a, gpu-b]}}\n", kData, kStrategies),
+     {"t.yaml:4:49: cluster.hosts.names: names 2 machine(s), but agents is 3: one name per host (a machine named "
+      "twice runs two)"}},
+    {"emulated hosts are numbered, not named",
+     spec("cluster: {workers: 4, hosts: {netns: 2, names: [a, b]}}\n", kData, kStrategies),
+     {"t.yaml:4:41: cluster.hosts.names: emulated hosts are numbered; names are for {agents: N}"}},
     {"a placement on a joining host that does not exist",
      spec("cluster: {workers: 4, hosts: {agents: 2, placement: {worker-1: 2}}}\n", kData, kStrategies),
      {"t.yaml:4:64: cluster.hosts.placement.worker-1: host 2 does not exist: hosts are 0..1"}},
@@ -451,7 +458,8 @@ TEST(SpecValidation, EmulatedHostsAndThePlacementAreEmittedBackAsTheyWereGiven) 
 TEST(SpecValidation, JoiningHostsAndTheirListenAddressAreEmittedBackAsTheyWereGiven) {
   config::Diagnostics d;
   auto s = parseExperimentSpec(
-      YAML::Load(spec("cluster: {workers: 4, hosts: {agents: 3, listen: 10.1.2.3:29500, placement: {worker-3: 2}}}\n",
+      YAML::Load(spec("cluster: {workers: 4, hosts: {agents: 3, listen: 10.1.2.3:29500, names: [a, b, a], "
+                      "placement: {worker-3: 2}}}\n",
                       kData, kStrategies)),
       "t.yaml", &d);
   ASSERT_TRUE(s.has_value()) << d.toString();
@@ -459,6 +467,7 @@ TEST(SpecValidation, JoiningHostsAndTheirListenAddressAreEmittedBackAsTheyWereGi
   EXPECT_EQ(s->cluster.agent_hosts, 3);
   EXPECT_EQ(s->cluster.hostCount(), 3);
   EXPECT_EQ(s->cluster.listen, "10.1.2.3:29500");
+  EXPECT_EQ(s->cluster.host_names, (std::vector<std::string>{"a", "b", "a"}));
   auto again = reparsed(*s);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->cluster, s->cluster);
