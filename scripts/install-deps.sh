@@ -8,8 +8,9 @@
 #   --with-bench          also the benchmarks' peers: PyTorch (bench/torch_train.py), Open MPI and Gloo
 #                         (bench/allreduce_compare.sh)
 #   --with-slurm          also Slurm and munge (the tests that start a one-machine Slurm cluster with
-#                         deploy/slurm/local-cluster.sh; they skip with a message without them). On a machine
-#                         with systemd, Debian starts a munged of its own; the tests do not use it.
+#                         deploy/slurm/local-cluster.sh) and Open MPI's mpirun (the test that starts host
+#                         agents with it); they skip with a message without them. On a machine with systemd,
+#                         Debian starts a munged of its own; the tests do not use it.
 set -euo pipefail
 
 with_observability=false
@@ -22,7 +23,7 @@ for arg in "$@"; do
     --with-bench) with_bench=true ;;
     --with-browser) with_browser=true ;;
     --with-slurm) with_slurm=true ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (--with-observability, --with-browser, --with-bench, --with-slurm)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +49,7 @@ if $with_observability; then packages+=(prometheus prometheus-pushgateway); fi
 if $with_browser; then packages+=(chromium fonts-dejavu-core); fi
 # PyTorch on Debian's Python and the system OpenBLAS; Open MPI and Gloo for the all-reduce comparison.
 if $with_bench; then packages+=(python3-torch openmpi-bin libopenmpi-dev libgloo-dev); fi
-if $with_slurm; then packages+=(slurmctld slurmd slurm-client munge); fi
+if $with_slurm; then packages+=(slurmctld slurmd slurm-client munge openmpi-bin); fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
