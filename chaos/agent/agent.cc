@@ -17,6 +17,7 @@
 #include "chaos/actuators/actuator.h"
 #include "chaos/agent/protocol.h"
 #include "chaos/controller.h"
+#include "core/launcher/identity.h"
 #include "core/launcher/launcher.h"
 #include "transports/bootstrap/net.h"
 #include "transports/bootstrap/store.h"
@@ -125,6 +126,7 @@ std::string launchedBy() {
     return "slurm job " + env("SLURM_JOB_ID") + " step " + env("SLURM_STEP_ID") + " task " + env("SLURM_PROCID");
   if (!env("OMPI_COMM_WORLD_RANK").empty())
     return "mpirun rank " + env("OMPI_COMM_WORLD_RANK") + " of " + env("OMPI_COMM_WORLD_SIZE");
+  if (!env("TORCHELASTIC_RUN_ID").empty()) return "torchrun rank " + env("RANK") + " of " + env("WORLD_SIZE");
   if (!env("KUBERNETES_SERVICE_HOST").empty()) return "kubernetes pod " + env("HOSTNAME");
   if (env("CHAOSBED_ROLE") == "agent") return "the controller";
   return "by hand";
@@ -170,13 +172,34 @@ class Agent {
   }
 
  private:
-  // The next free host: by the order of joining, or among the hosts named as this machine.
+  // Which host this agent is: the first free one named as this machine (hosts: {names}); else the rank its
+  // launcher gave it (srun's task, mpirun's or torchrun's rank, an Indexed Job's index); else the next
+  // free one in the order of joining. A host is taken by the first agent whose claim on it counts 1.
   Result<int> join() {
+    const auto claim = [this](int host) -> Result<bool> {
+      CHAOSBED_ASSIGN_OR_RETURN(int64_t claims, store_->add(agent_wire::claim(config_.run, host), 1));
+      return claims == 1;
+    };
     if (config_.host_names.empty()) {
-      CHAOSBED_ASSIGN_OR_RETURN(int64_t joined, store_->add(agent_wire::joined(config_.run), 1));
-      if (joined > config_.hosts)
-        return Status::invalidArgument("the run has " + std::to_string(config_.hosts) + " hosts and all of them have joined");
-      return int(joined - 1);
+      auto launched = launcherRankFromEnvironment();
+      if (launched.isOk()) {
+        if (launched->rank >= config_.hosts)
+          return Status::invalidArgument(launched->rank_var + "=" + std::to_string(launched->rank) + ", but the run has " +
+                                         std::to_string(config_.hosts) + " hosts");
+        CHAOSBED_ASSIGN_OR_RETURN(bool mine, claim(launched->rank));
+        if (!mine)
+          return Status::invalidArgument("host " + std::to_string(launched->rank) + " (" + launched->rank_var + "=" +
+                                         std::to_string(launched->rank) + ") has joined already");
+        return launched->rank;
+      }
+      if (launched.status().code() != StatusCode::kNotFound) return launched.status();
+      for (;;) {
+        CHAOSBED_ASSIGN_OR_RETURN(int64_t joined, store_->add(agent_wire::joined(config_.run), 1));
+        if (joined > config_.hosts)
+          return Status::invalidArgument("the run has " + std::to_string(config_.hosts) + " hosts and all of them have joined");
+        CHAOSBED_ASSIGN_OR_RETURN(bool mine, claim(int(joined - 1)));
+        if (mine) return int(joined - 1);
+      }
     }
     const std::string name = hostName();
     const std::string short_name = name.substr(0, name.find('.'));
@@ -185,8 +208,8 @@ class Agent {
       const std::string& want = config_.host_names[i];
       if (want != name && want != short_name) continue;
       named = true;
-      CHAOSBED_ASSIGN_OR_RETURN(int64_t claims, store_->add(agent_wire::claim(config_.run, int(i)), 1));
-      if (claims == 1) return int(i);
+      CHAOSBED_ASSIGN_OR_RETURN(bool mine, claim(int(i)));
+      if (mine) return int(i);
     }
     std::string all;
     for (const std::string& n : config_.host_names) all += (all.empty() ? "" : ", ") + n;

@@ -103,7 +103,7 @@ HostAgents::~HostAgents() {
   }
   quitting_ = true;
   for (auto& host : hosts_) {
-    if (!host->alive.load()) continue;
+    if (!host->alive.load() || host->info.pid == 0) continue;  // lost, or never came up (no one to tell)
     if (auto r = order(host->index, {{"op", "quit"}, {"grace_ms", 1000}}, 5000ms); !r.isOk())
       LOG(WARNING) << "telling the agent of host " << host->index << " to quit: " << r.status().toString();
     if (started_) (void)started_->waitExit("agent-" + std::to_string(host->index), deadlineIn(10s));

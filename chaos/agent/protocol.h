@@ -3,8 +3,8 @@
 // authenticates both ends (the run's secret), so what is read here comes from a holder of the secret; it is
 // still parsed as untrusted input (a malformed entry is an error, never a crash).
 //
-// "agents/<run>/joined" counts the agents that joined (host = the count before their own add); with named
-// hosts, "agents/<run>/claim/<i>" counts the claims on host i (the first claimant takes it). Under
+// "agents/<run>/claim/<i>" counts the claims on host i (the first claimant takes it); "agents/<run>/joined"
+// hands out host numbers in the order of joining, to agents without a name or a launcher's rank. Under
 // "agents/<run>/<host>/":
 //   hello      the agent is up: {"pid", "host", "hostname", "address", "device", "launched_by"}; address is
 //              the one it reaches the store from, device the interface that holds it, launched_by the engine

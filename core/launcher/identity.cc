@@ -38,15 +38,9 @@ Status validRole(const std::string& what, const std::string& role) {
 }
 
 // Splits a global rank by the documented convention: ps first, then workers, then evaluators.
-Result<NodeIdentity> fromGlobalRank(const std::string& source, const char* rank_var, const char* size_var,
-                                    const std::string& rank_text, const std::optional<std::string>& size_text) {
-  if (!size_text)
-    return Status::invalidArgument(std::string(rank_var) + " is set but " + size_var + " is not: set both");
-  CHAOSBED_ASSIGN_OR_RETURN(int rank, parseCount(rank_var, rank_text));
-  CHAOSBED_ASSIGN_OR_RETURN(int size, parseCount(size_var, *size_text));
-  if (rank >= size)
-    return Status::invalidArgument(std::string(rank_var) + "=" + std::to_string(rank) + " is not below " + size_var +
-                                   "=" + std::to_string(size));
+Result<NodeIdentity> fromGlobalRank(const LauncherRank& launched) {
+  const int rank = launched.rank, size = launched.size;
+  const std::string size_var = launched.size_var;
   CHAOSBED_ASSIGN_OR_RETURN(int servers, optionalCount("CHAOSBED_SERVERS", 0));
   CHAOSBED_ASSIGN_OR_RETURN(int evaluators, optionalCount("CHAOSBED_EVALUATORS", 0));
   int workers = size - servers - evaluators;
@@ -55,7 +49,7 @@ Result<NodeIdentity> fromGlobalRank(const std::string& source, const char* rank_
                                    std::to_string(evaluators) + " leave no worker among " + size_var + "=" +
                                    std::to_string(size) + " ranks");
   NodeIdentity id;
-  id.source = source;
+  id.source = launched.source;
   id.num_servers = servers;
   id.num_workers = workers;
   id.num_evaluators = evaluators;
@@ -152,18 +146,48 @@ Result<NodeIdentity> identityWithoutIncarnation() {
     return id;
   }
   if (auto tf = env("TF_CONFIG")) return fromTfConfig(*tf);
-  if (auto r = env("SLURM_PROCID")) return fromGlobalRank("SLURM", "SLURM_PROCID", "SLURM_NTASKS", *r, env("SLURM_NTASKS"));
-  if (auto r = env("OMPI_COMM_WORLD_RANK"))
-    return fromGlobalRank("OMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", *r, env("OMPI_COMM_WORLD_SIZE"));
-  if (auto r = env("JOB_COMPLETION_INDEX"))
-    return fromGlobalRank("JOB_COMPLETION_INDEX", "JOB_COMPLETION_INDEX", "CHAOSBED_WORLD_SIZE", *r,
-                          env("CHAOSBED_WORLD_SIZE"));
+  auto launched = launcherRankFromEnvironment();
+  if (launched.isOk()) return fromGlobalRank(*launched);
+  if (launched.status().code() != StatusCode::kNotFound) return launched.status();
   return Status::notFound(
       "no node identity in the environment: set CHAOSBED_ROLE and CHAOSBED_RANK, TF_CONFIG, SLURM_PROCID, "
-      "OMPI_COMM_WORLD_RANK or JOB_COMPLETION_INDEX (with CHAOSBED_WORLD_SIZE)");
+      "OMPI_COMM_WORLD_RANK, torchrun's RANK or JOB_COMPLETION_INDEX (with CHAOSBED_WORLD_SIZE)");
 }
 
 }  // namespace
+
+Result<LauncherRank> launcherRankFromEnvironment() {
+  struct Source {
+    const char* name;
+    const char* rank_var;
+    const char* size_var;
+    const char* marker;  // set by that launcher only (torchrun's RANK is too common a name on its own)
+  };
+  static constexpr Source kSources[] = {
+      {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", nullptr},
+      {"OMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr},
+      {"TORCHRUN", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"},
+      {"JOB_COMPLETION_INDEX", "JOB_COMPLETION_INDEX", "CHAOSBED_WORLD_SIZE", nullptr},
+  };
+  for (const Source& s : kSources) {
+    auto rank_text = env(s.rank_var);
+    if (!rank_text || (s.marker && !env(s.marker))) continue;
+    auto size_text = env(s.size_var);
+    if (!size_text)
+      return Status::invalidArgument(std::string(s.rank_var) + " is set but " + s.size_var + " is not: set both");
+    LauncherRank r;
+    r.source = s.name;
+    r.rank_var = s.rank_var;
+    r.size_var = s.size_var;
+    CHAOSBED_ASSIGN_OR_RETURN(r.rank, parseCount(s.rank_var, *rank_text));
+    CHAOSBED_ASSIGN_OR_RETURN(r.size, parseCount(s.size_var, *size_text));
+    if (r.rank >= r.size)
+      return Status::invalidArgument(std::string(s.rank_var) + "=" + std::to_string(r.rank) + " is not below " +
+                                     s.size_var + "=" + std::to_string(r.size));
+    return r;
+  }
+  return Status::notFound("no launcher rank in the environment");
+}
 
 std::string NodeIdentity::nodeName() const { return role + "-" + std::to_string(index); }
 

@@ -8,9 +8,10 @@
 //     follow it (worker i becomes worker i + number of chiefs); addresses come from the cluster lists.
 //  3. Slurm: SLURM_PROCID / SLURM_NTASKS.
 //  4. Open MPI: OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE.
-//  5. Kubernetes Indexed Job: JOB_COMPLETION_INDEX, with the size in CHAOSBED_WORLD_SIZE (Kubernetes does not
+//  5. torchrun (`--no-python`): RANK / WORLD_SIZE, where TORCHELASTIC_RUN_ID says torchrun set them.
+//  6. Kubernetes Indexed Job: JOB_COMPLETION_INDEX, with the size in CHAOSBED_WORLD_SIZE (Kubernetes does not
 //     export the job's completions; set it from the same value in the pod template).
-// Sources 3-5 give one global rank; it is split into roles by this convention: ranks [0, S) are ps,
+// Sources 3-6 give one global rank (launcherRankFromEnvironment); it is split into roles by this convention: ranks [0, S) are ps,
 // [S, size - E) workers, [size - E, size) evaluators, with S = CHAOSBED_SERVERS and E = CHAOSBED_EVALUATORS
 // (both default 0). At least one worker must remain.
 //
@@ -33,7 +34,7 @@ struct NodeIdentity {
   int num_servers = -1;
   int num_evaluators = -1;
   int incarnation = 0;       // CHAOSBED_INCARNATION when set by the launcher, else 0
-  std::string source;        // "CHAOSBED_ROLE", "TF_CONFIG", "SLURM", "OMPI", "JOB_COMPLETION_INDEX"
+  std::string source;        // "CHAOSBED_ROLE", "TF_CONFIG", "SLURM", "OMPI", "TORCHRUN", "JOB_COMPLETION_INDEX"
   // From TF_CONFIG only: role -> "host:port" per index (chief entries merged into "worker").
   std::map<std::string, std::vector<std::string>> addresses;
 
@@ -42,5 +43,17 @@ struct NodeIdentity {
 };
 
 Result<NodeIdentity> identityFromEnvironment();
+
+// The rank a process launcher gave this process and how many it started (sources 3-6 above, first match
+// wins): what a host agent started by srun, mpirun, torchrun or an Indexed Job takes as its host number.
+// NotFound when no launcher says; InvalidArgument naming the variable for a bad value.
+struct LauncherRank {
+  std::string source;    // "SLURM", "OMPI", "TORCHRUN", "JOB_COMPLETION_INDEX"
+  std::string rank_var;  // e.g. "SLURM_PROCID"
+  std::string size_var;  // e.g. "SLURM_NTASKS"
+  int rank = 0;
+  int size = 0;
+};
+Result<LauncherRank> launcherRankFromEnvironment();
 
 }  // namespace chaosbed

@@ -410,6 +410,23 @@ TEST_F(AgentLease, AnAgentWhoseStoreIsGoneStopsItsNodesAtOnce) {
   EXPECT_TRUE(awaitState(node, [](char s) { return s == 0; }, deadlineIn(5s))) << "its node outlived it";
 }
 
+// Agents that never come: the controller gives up at its join timeout, says how to start them, and has no
+// one to tell to quit.
+TEST(HostAgents, AgentsThatNeverJoinEndTheWaitWithTheCommandThatStartsThem) {
+  AgentRun run(2);
+  HostAgents::Options o = run.options();
+  o.join_timeout = 1000ms;
+  const auto started = SteadyClock::now();
+  auto agents = HostAgents::start(std::move(o));
+  ASSERT_FALSE(agents.isOk());
+  EXPECT_EQ(agents.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(agents.status().message().find("0 of 2 host agents came up in time; start each with: chaosbed agent "
+                                           "--agent_config " + run.config_path),
+            std::string::npos)
+      << agents.status().toString();
+  EXPECT_LT(SteadyClock::now() - started, 4s) << "it waited on agents that never came";
+}
+
 // Named hosts: an agent takes the first free host named as its machine, whatever the order of joining.
 TEST(HostAgents, AnAgentJoinsAsTheHostNamedAsItsMachine) {
   char name[256] = {};

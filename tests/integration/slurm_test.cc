@@ -125,6 +125,7 @@ TEST_F(Slurm, ExperimentSpansTheAgentsThatSrunStartsOnePerTask) {
     const std::string by = h["launched_by"].get<std::string>();
     ASSERT_TRUE(std::regex_match(by, m, std::regex("slurm job ([0-9]+) step [0-9]+ task ([0-9]+)"))) << by;
     EXPECT_EQ(m[1], job_id) << by;
+    EXPECT_EQ(m[2], std::to_string(h["host"].get<int>())) << "host i is the step's task i: " << by;
     tasks.insert(m[2]);
   }
   EXPECT_EQ(tasks, (std::set<std::string>{"0", "1"}));

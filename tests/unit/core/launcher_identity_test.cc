@@ -18,7 +18,8 @@ class IdentityTest : public ::testing::Test {
   static constexpr const char* kVars[] = {
       "CHAOSBED_ROLE",   "CHAOSBED_RANK",        "CHAOSBED_WORKERS",   "CHAOSBED_SERVERS",     "CHAOSBED_EVALUATORS",
       "CHAOSBED_INCARNATION", "CHAOSBED_WORLD_SIZE", "TF_CONFIG",      "SLURM_PROCID",         "SLURM_NTASKS",
-      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "JOB_COMPLETION_INDEX"};
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "JOB_COMPLETION_INDEX", "RANK", "WORLD_SIZE",
+      "TORCHELASTIC_RUN_ID"};
 
   void SetUp() override {
     for (const char* v : kVars) {
@@ -186,6 +187,32 @@ TEST_F(IdentityTest, OpenMpiWithoutServersIsAllWorkers) {
   EXPECT_EQ(id->source, "OMPI");
   EXPECT_EQ(id->num_workers, 4);
   EXPECT_EQ(id->num_servers, 0);
+}
+
+TEST_F(IdentityTest, TorchrunRanksCountOnlyWhereTorchrunSetThem) {
+  set("RANK", "1");
+  set("WORLD_SIZE", "3");
+  EXPECT_EQ(identityFromEnvironment().status().code(), StatusCode::kNotFound) << "a RANK of someone else's";
+  EXPECT_EQ(launcherRankFromEnvironment().status().code(), StatusCode::kNotFound);
+  set("TORCHELASTIC_RUN_ID", "none");
+  auto id = identityFromEnvironment();
+  ASSERT_TRUE(id.isOk()) << id.status().toString();
+  EXPECT_EQ(id->nodeName(), "worker-1");
+  EXPECT_EQ(id->source, "TORCHRUN");
+  auto launched = launcherRankFromEnvironment();
+  ASSERT_TRUE(launched.isOk());
+  EXPECT_EQ(launched->rank, 1);
+  EXPECT_EQ(launched->size, 3);
+  set("RANK", "3");
+  auto past = launcherRankFromEnvironment();
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("RANK=3 is not below WORLD_SIZE=3"), std::string::npos) << past.status().toString();
+  // Slurm goes first where both say.
+  set("RANK", "0");
+  set("SLURM_PROCID", "2");
+  set("SLURM_NTASKS", "4");
+  EXPECT_EQ(launcherRankFromEnvironment()->source, "SLURM");
+  EXPECT_EQ(launcherRankFromEnvironment()->rank, 2);
 }
 
 TEST_F(IdentityTest, KubernetesIndexedJob) {
