@@ -12,8 +12,9 @@
 #include "experiments/cli/cli.h"
 
 DEFINE_string(node_config, "", "the node config file the controller wrote (JSON)");
-DEFINE_int32(index, -1, "index within the role; -1 reads it from the environment (CHAOSBED_RANK, "
-                        "TF_CONFIG, SLURM_PROCID, OMPI_COMM_WORLD_RANK, JOB_COMPLETION_INDEX)");
+DEFINE_int32(index, -1, "a node's index within its role, or an agent's host; -1 reads it from the environment "
+                        "(CHAOSBED_RANK, TF_CONFIG, SLURM_PROCID, OMPI_COMM_WORLD_RANK, torchrun's RANK, "
+                        "JOB_COMPLETION_INDEX; an agent: its launcher's rank, else the next free host)");
 
 namespace chaosbed::cli {
 
