@@ -264,11 +264,94 @@ Status recursiveAllreduce(Call& call, Communicator& comm, std::span<float> data,
   return Status::ok();
 }
 
+// Direct all-reduce (collective.h): the buffer is cut into N blocks, block j owned by member j. Reduce-scatter:
+// every member sends block j to member j and receives its own block from every other member, all posted at
+// once, then adds them in member order (so every run adds the same operands in the same order). All-gather:
+// every member sends its summed block to every other member and receives theirs in place. Two phases, each one
+// round of concurrent messages: no member waits for a chain of others, which counts when ranks outnumber cores.
+Status directAllreduce(Call& call, Communicator& comm, std::span<float> data, Deadline deadline) {
+  const int n = comm.size(), me = comm.myIndex();
+  const size_t count = data.size();
+  auto offset = [&](int block) { return count * static_cast<size_t>(block) / static_cast<size_t>(n); };
+  auto length = [&](int block) { return offset(block + 1) - offset(block); };
+  const size_t mine = length(me);
+  const size_t slot = (mine * sizeof(float) + 63) / 64 * 64 / sizeof(float);  // cache-line aligned slots
+  float* slots = reinterpret_cast<float*>(scratch(slot * sizeof(float) * static_cast<size_t>(n)));
+  auto expectBytes = [&](const RequestPtr& r, int step, int from, size_t floats) -> Status {
+    if (r->receivedBytes() == floats * sizeof(float)) return Status::ok();
+    return call.annotate(Status::invalidArgument("rank " + std::to_string(comm.rankAt(from)) + " sent " +
+                                                 std::to_string(r->receivedBytes()) + " bytes, expected " +
+                                                 std::to_string(floats * sizeof(float)) +
+                                                 " (do the members' buffers differ in size?)"),
+                         step, comm.rankAt(from));
+  };
+
+  std::vector<RequestPtr*> recvs(static_cast<size_t>(n), nullptr), sends(static_cast<size_t>(n), nullptr);
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    if (mine > 0)
+      recvs[j] = &call.keep(call.transport().irecv(
+          comm.rankAt(j), call.tag(0), std::as_writable_bytes(std::span(slots + slot * static_cast<size_t>(j), mine))));
+    if (length(j) > 0)
+      sends[j] = &call.keep(call.transport().isend(comm.rankAt(j), call.tag(0),
+                                                   std::as_bytes(data.subspan(offset(j), length(j)))));
+  }
+  float* own = data.data() + offset(me);
+  for (int j = 0; j < n; ++j) {
+    if (recvs[j] == nullptr) continue;
+    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recvs[j], 0, comm.rankAt(j), deadline));
+    CHAOSBED_RETURN_IF_ERROR(expectBytes(*recvs[j], 0, j, mine));
+    recvs[j]->reset();
+    addInto(own, slots + slot * static_cast<size_t>(j), mine);
+  }
+  // Block j is overwritten below by member j's sum: the send that read it must be finished first.
+  for (int j = 0; j < n; ++j) {
+    if (sends[j] == nullptr) continue;
+    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*sends[j], 0, comm.rankAt(j), deadline));
+    sends[j]->reset();
+  }
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    recvs[j] = length(j) == 0 ? nullptr : &call.keep(call.transport().irecv(
+        comm.rankAt(j), call.tag(1), std::as_writable_bytes(data.subspan(offset(j), length(j)))));
+    sends[j] = mine == 0 ? nullptr : &call.keep(call.transport().isend(
+        comm.rankAt(j), call.tag(1), std::as_bytes(data.subspan(offset(me), mine))));
+  }
+  for (int j = 0; j < n; ++j) {
+    if (recvs[j] == nullptr) continue;
+    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recvs[j], 1, comm.rankAt(j), deadline));
+    CHAOSBED_RETURN_IF_ERROR(expectBytes(*recvs[j], 1, j, length(j)));
+  }
+  for (int j = 0; j < n; ++j)
+    if (sends[j] != nullptr) CHAOSBED_RETURN_IF_ERROR(call.waitFor(*sends[j], 1, comm.rankAt(j), deadline));
+  return Status::ok();
+}
+
+// The ring all-reduce (collective.h) of one buffer: N segments, N-1 reduce-scatter and N-1 all-gather steps.
+Status ringAllreduce(Call& call, Communicator& comm, std::span<float> data, Deadline deadline,
+                     const CollectiveOptions& options) {
+  const int n = comm.size();
+  RingPass pass;
+  pass.base = reinterpret_cast<std::byte*>(data.data());
+  pass.elem = sizeof(float);
+  size_t offset = 0;
+  for (int j = 0; j < n; ++j) {
+    size_t len = data.size() / static_cast<size_t>(n) + (static_cast<size_t>(j) < data.size() % n ? 1 : 0);
+    pass.seg_offset.push_back(offset);
+    pass.seg_length.push_back(len);
+    offset += len;
+  }
+  pass.reduce_steps = n - 1;
+  pass.gather_steps = n - 1;
+  return runRing(call, comm, pass, deadline, options);
+}
+
 }  // namespace
 
 AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options) {
   if (options.algorithm != AllreduceAlgorithm::kAuto) return options.algorithm;
   if (members <= 1 || bytes >= options.ring_from_bytes) return AllreduceAlgorithm::kRing;
+  if (members <= options.direct_max_members) return AllreduceAlgorithm::kDirect;
   return bytes < options.halving_from_bytes ? AllreduceAlgorithm::kRecursiveDoubling
                                             : AllreduceAlgorithm::kHalvingDoubling;
 }
@@ -328,21 +411,19 @@ Status allreduce(Communicator& comm, std::span<float> data, Deadline deadline, c
   CHAOSBED_RETURN_IF_ERROR(checkMember(comm, "allreduce"));
   const int n = comm.size();
   if (n == 1 || data.empty()) return Status::ok();
-  if (const auto algorithm = chooseAllreduce(data.size_bytes(), n, options); algorithm != AllreduceAlgorithm::kRing)
-    return recursiveAllreduce(call, comm, data, algorithm, deadline);
-  RingPass pass;
-  pass.base = reinterpret_cast<std::byte*>(data.data());
-  pass.elem = sizeof(float);
-  size_t offset = 0;
-  for (int j = 0; j < n; ++j) {
-    size_t len = data.size() / static_cast<size_t>(n) + (static_cast<size_t>(j) < data.size() % n ? 1 : 0);
-    pass.seg_offset.push_back(offset);
-    pass.seg_length.push_back(len);
-    offset += len;
+  const auto algorithm = chooseAllreduce(data.size_bytes(), n, options);
+  if (algorithm == AllreduceAlgorithm::kDirect) return directAllreduce(call, comm, data, deadline);
+  if (algorithm != AllreduceAlgorithm::kRing) return recursiveAllreduce(call, comm, data, algorithm, deadline);
+  // A large buffer goes round the ring in slices, one after another, each its own operation (its own tags):
+  // a slice's blocks are still in cache when its all-gather half comes back to them.
+  const size_t slice = std::max(options.ring_slice_bytes / sizeof(float), static_cast<size_t>(n));
+  CHAOSBED_RETURN_IF_ERROR(ringAllreduce(call, comm, data.first(std::min(slice, data.size())), deadline, options));
+  for (size_t begin = slice; begin < data.size(); begin += slice) {
+    Call next(comm, "allreduce");
+    CHAOSBED_RETURN_IF_ERROR(
+        ringAllreduce(next, comm, data.subspan(begin, std::min(slice, data.size() - begin)), deadline, options));
   }
-  pass.reduce_steps = n - 1;
-  pass.gather_steps = n - 1;
-  return runRing(call, comm, pass, deadline, options);
+  return Status::ok();
 }
 
 Status allgather(Communicator& comm, std::span<const std::byte> in, std::span<std::byte> out, Deadline deadline,

@@ -35,6 +35,10 @@
 //     back at the end. Fewer, larger steps: best for mid sizes, where each step's latency rules.
 //   - recursive_doubling: log2 P exchanges of the whole buffer, each side adding what it receives (same
 //     folding). The fewest steps, but each moves the whole buffer: best for small buffers.
+//   - direct: N blocks, block j owned by member j. Every member sends block j to member j and adds what it
+//     receives into its own block, then sends its sum to every other member: two rounds of N-1 concurrent
+//     messages each way, the ring's bytes. No member waits on a chain of others, which counts most when
+//     ranks outnumber cores; the message count grows with N, so it serves small communicators.
 //   Any size works (including sizes not divisible by N, smaller than N, and N = 1).
 // - allgather: the ring all-gather half, pipelined the same way.
 // - broadcast: a pipelined chain from the root (each member forwards a chunk to the next as it arrives).
@@ -82,16 +86,23 @@ Result<Communicator> worldCommunicator(Transport* transport);
 Result<Communicator> rebuildCommunicator(Transport* transport, std::vector<int> survivors, uint32_t epoch,
                                          Deadline deadline);
 
-enum class AllreduceAlgorithm { kAuto, kRing, kHalvingDoubling, kRecursiveDoubling };
+enum class AllreduceAlgorithm { kAuto, kRing, kHalvingDoubling, kRecursiveDoubling, kDirect };
 
 struct CollectiveOptions {
-  size_t chunk_bytes = 256 * 1024;  // pipeline unit; smaller overlaps more, larger costs fewer messages
-  int window = 4;                   // ring: chunks received ahead of the one being reduced
+  // Pipeline unit; smaller overlaps more, larger costs fewer messages. At most the UCX transport's eager
+  // limit (128 KiB), so that chunks stream into the receiver without a rendezvous handshake each.
+  size_t chunk_bytes = 64 * 1024;
+  int window = 4;  // ring: chunks received ahead of the one being reduced
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
-  // kAuto: recursive doubling below halving_from_bytes, halving-doubling below ring_from_bytes, the ring
-  // from there on (measured with `chaosbed bench allreduce --bench_allreduce_algorithm`, docs/design.md).
+  // kAuto, below ring_from_bytes: direct for up to direct_max_members members, else recursive doubling
+  // below halving_from_bytes and halving-doubling above; the ring from ring_from_bytes on (measured with
+  // `chaosbed bench allreduce --bench_allreduce_algorithm` at 3 to 16 ranks, docs/design.md).
   size_t halving_from_bytes = 128 * 1024;
-  size_t ring_from_bytes = 4 * 1024 * 1024;
+  size_t ring_from_bytes = 512 * 1024;
+  int direct_max_members = 16;
+  // The ring reduces a larger buffer in slices of this size one after another (each slice's data is still
+  // in cache when its all-gather comes back to it).
+  size_t ring_slice_bytes = 2 * 1024 * 1024;
 };
 // The algorithm kAuto picks for a buffer of `bytes` over `members` members.
 AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options);

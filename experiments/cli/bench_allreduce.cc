@@ -1,5 +1,5 @@
 // `chaosbed bench allreduce [--ranks N] [--json] [--bench_allreduce_max_bytes B] [--bench_allreduce_chunk_bytes C]
-// [--bench_allreduce_algorithm auto|ring|halving_doubling|recursive_doubling]`: the all-reduce of transports/collective.h (float32 sum) over the UCX transport, N ranks as separate
+// [--bench_allreduce_algorithm auto|ring|halving_doubling|recursive_doubling|direct]`: the all-reduce of transports/collective.h (float32 sum) over the UCX transport, N ranks as separate
 // processes on loopback (forked; the store server runs in the parent, see bench_ranks.h). Sizes go from 4 KiB to the maximum
 // (64 MiB) in powers of 4. Per size, after warm-up iterations, every rank times its iterations; the time is
 // the largest per-iteration mean over the ranks (as nccl-tests), and
@@ -27,7 +27,7 @@
 DEFINE_int32(ranks, 4, "number of ranks (processes), 2..64");
 DEFINE_uint64(bench_allreduce_max_bytes, 64ull << 20, "largest buffer in bytes (4 KiB..1 GiB)");
 DEFINE_uint64(bench_allreduce_chunk_bytes, 0, "pipeline chunk in bytes (0: the library default)");
-DEFINE_string(bench_allreduce_algorithm, "auto", "auto (by size, as training uses it), ring, halving_doubling or recursive_doubling");
+DEFINE_string(bench_allreduce_algorithm, "auto", "auto (by size, as training uses it), ring, halving_doubling, recursive_doubling or direct");
 DECLARE_bool(json);
 
 namespace chaosbed::cli {
@@ -41,6 +41,7 @@ std::optional<AllreduceAlgorithm> parseAlgorithm(const std::string& name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "halving_doubling") return AllreduceAlgorithm::kHalvingDoubling;
   if (name == "recursive_doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  if (name == "direct") return AllreduceAlgorithm::kDirect;
   return std::nullopt;
 }
 
@@ -161,7 +162,7 @@ int runBenchAllreduce(int argc, char** argv) {
     return kExitUsage;
   }
   if (!parseAlgorithm(FLAGS_bench_allreduce_algorithm)) {
-    std::fprintf(stderr, "chaosbed bench allreduce: --bench_allreduce_algorithm=%s: must be auto, ring, halving_doubling or recursive_doubling\n",
+    std::fprintf(stderr, "chaosbed bench allreduce: --bench_allreduce_algorithm=%s: must be auto, ring, halving_doubling, recursive_doubling or direct\n",
                  FLAGS_bench_allreduce_algorithm.c_str());
     return kExitUsage;
   }

@@ -238,7 +238,7 @@ TEST(CollectiveUcx, CommunicatorRebuiltFromSurvivorsIsCorrect) {
     auto rebuilt = rebuildCommunicator(t.get(), survivors, comm->epoch + 1, deadlineIn(seconds(10)));
     if (!rebuilt.isOk()) return c.fail("rebuild: " + rebuilt.status().toString());
     for (auto algorithm : {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
-                           AllreduceAlgorithm::kRecursiveDoubling})
+                           AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kDirect})
       for (size_t n : {size_t{7}, size_t{100003}, size_t{1} << 20})
         if (std::string err = checkAllreduce(*rebuilt, n, 99, {.algorithm = algorithm}); !err.empty())
           return c.fail("rebuilt: " + err);

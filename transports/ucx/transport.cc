@@ -464,7 +464,8 @@ void UcxTransport::progress(Deadline until) {
   };
   const Deadline start = SteadyClock::now();
   const Deadline spin_end = start + options_.spin;
-  const Deadline busy_end = start + std::min<std::chrono::microseconds>(options_.spin, kBusySpin);
+  const auto busy = core_shared_.load(std::memory_order_relaxed) ? std::chrono::microseconds(0) : kBusySpin;
+  const Deadline busy_end = start + std::min<std::chrono::microseconds>(options_.spin, busy);
   for (;;) {
     {
       MutexLock lock(worker_mu_);
@@ -477,6 +478,7 @@ void UcxTransport::progress(Deadline until) {
     if (now < spin_end) {
       // Hand the core to a rank that has work (several ranks often share a core); cheap when none waits.
       sched_yield();
+      core_shared_.store(SteadyClock::now() - now > kYieldRanAnother, std::memory_order_relaxed);
       continue;
     }
     ucs_status_t armed;

@@ -36,8 +36,14 @@ inline constexpr ucp_tag_t kAnySourceMask = kMaxUserTag;
 // A sleeping progress() wakes at least this often. It bounds the cost of a wake-up another thread consumed,
 // and of the protocol steps of a shared-memory rendezvous without CMA that raise no wake-up event.
 inline constexpr auto kMaxSleep = std::chrono::milliseconds(2);
-// progress() polls without yielding this long first: a small message's round trip is a few microseconds.
+// progress() polls without yielding this long first, while this rank seems to have a core to itself: a small
+// message's round trip is a few microseconds.
 inline constexpr auto kBusySpin = std::chrono::microseconds(10);
+// A sched_yield that took longer than this ran another task: the core is shared (measured here: about 1.5 us
+// when nothing else is runnable, 6 us per switch under a paravirtualised kernel), and then progress() yields
+// at once instead of busy-polling, so a rank that has work gets the core (Open MPI's yield_when_idle, learnt
+// instead of configured).
+inline constexpr auto kYieldRanAnother = std::chrono::microseconds(4);
 // The least time a control connection to a published peer gets, whatever the caller's deadline.
 inline constexpr auto kMinDial = std::chrono::milliseconds(500);
 
@@ -192,6 +198,7 @@ class UcxTransport final : public Transport {
   std::vector<Status> failures_ CHAOSBED_GUARDED_BY(state_mu_);  // by peer: the sticky status, OK while usable
   std::atomic<uint64_t> failure_count_{0};
   std::atomic<uint64_t> completions_{0};
+  std::atomic<bool> core_shared_{false};  // the last sched_yield in progress() ran another task
 };
 
 }  // namespace chaosbed::ucx

@@ -62,13 +62,14 @@ void checkAllreduce(int ranks, size_t elements, CollectiveOptions options) {
 }
 
 constexpr AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
-                                               AllreduceAlgorithm::kRecursiveDoubling};
+                                               AllreduceAlgorithm::kRecursiveDoubling, AllreduceAlgorithm::kDirect};
 
 const char* nameOf(AllreduceAlgorithm a) {
   switch (a) {
     case AllreduceAlgorithm::kRing: return "ring";
     case AllreduceAlgorithm::kHalvingDoubling: return "halving_doubling";
     case AllreduceAlgorithm::kRecursiveDoubling: return "recursive_doubling";
+    case AllreduceAlgorithm::kDirect: return "direct";
     default: return "auto";
   }
 }
@@ -88,6 +89,21 @@ TEST(Allreduce, MatchesSerialSumForAwkwardSizes) {
   }
 }
 
+// A buffer larger than a ring slice goes round in slices (the last one shorter), each its own operation.
+TEST(Allreduce, RingInSlicesMatchesSerialSum) {
+  for (size_t slice_bytes : {size_t{4}, size_t{40}, size_t{400}}) {
+    const CollectiveOptions sliced{
+        .chunk_bytes = 64, .window = 2, .algorithm = AllreduceAlgorithm::kRing, .ring_slice_bytes = slice_bytes};
+    for (int ranks : {2, 3, 5}) {
+      for (size_t elements : {size_t{1}, size_t{9}, size_t{101}, size_t{1001}}) {
+        SCOPED_TRACE("slice " + std::to_string(slice_bytes) + " ranks " + std::to_string(ranks) + " elements " +
+                     std::to_string(elements));
+        checkAllreduce(ranks, elements, sliced);
+      }
+    }
+  }
+}
+
 TEST(Allreduce, LargeBufferWithDefaultChunks) {
   for (AllreduceAlgorithm algorithm : kAlgorithms) {
     SCOPED_TRACE(nameOf(algorithm));
@@ -99,7 +115,7 @@ TEST(Allreduce, LargeBufferWithDefaultChunks) {
 TEST(Allreduce, SingleChunkWindow) { checkAllreduce(3, 4099, {.chunk_bytes = 1000, .window = 1}); }
 
 TEST(Allreduce, AutoChoosesByTheSizeThresholds) {
-  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .ring_from_bytes = 1 << 20};
+  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .ring_from_bytes = 1 << 20, .direct_max_members = 2};
   EXPECT_EQ(chooseAllreduce(4 << 10, 4, options), AllreduceAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(chooseAllreduce((32 << 10) - 4, 5, options), AllreduceAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(chooseAllreduce(32 << 10, 4, options), AllreduceAlgorithm::kHalvingDoubling);
@@ -108,6 +124,15 @@ TEST(Allreduce, AutoChoosesByTheSizeThresholds) {
   EXPECT_EQ(chooseAllreduce(1 << 20, 4, options), AllreduceAlgorithm::kRing);
   EXPECT_EQ(chooseAllreduce(64 << 10, 1, options), AllreduceAlgorithm::kRing);
   EXPECT_EQ(chooseAllreduce(64 << 10, 4, {.algorithm = AllreduceAlgorithm::kRing}), AllreduceAlgorithm::kRing);
+}
+
+TEST(Allreduce, AutoChoosesDirectForSmallCommunicatorsBelowTheRing) {
+  const CollectiveOptions options{.ring_from_bytes = 1 << 20, .direct_max_members = 8};
+  EXPECT_EQ(chooseAllreduce(4 << 10, 2, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 8, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce(1 << 20, 8, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(4 << 10, 9, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(512 << 10, 9, options), AllreduceAlgorithm::kHalvingDoubling);
 }
 
 TEST(Allreduce, EmptyBufferIsANoOp) {
