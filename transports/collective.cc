@@ -348,12 +348,13 @@ Status ringAllreduce(Call& call, Communicator& comm, std::span<float> data, Dead
 
 }  // namespace
 
-AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options) {
+AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, bool shared_memory, const CollectiveOptions& options) {
   if (options.algorithm != AllreduceAlgorithm::kAuto) return options.algorithm;
-  if (members <= 1 || bytes >= options.ring_from_bytes) return AllreduceAlgorithm::kRing;
-  if (members <= options.direct_max_members) return AllreduceAlgorithm::kDirect;
-  return bytes < options.halving_from_bytes ? AllreduceAlgorithm::kRecursiveDoubling
-                                            : AllreduceAlgorithm::kHalvingDoubling;
+  if (members <= 1) return AllreduceAlgorithm::kRing;
+  const bool direct = members <= options.direct_max_members;
+  if (bytes < options.halving_from_bytes && !(direct && shared_memory)) return AllreduceAlgorithm::kRecursiveDoubling;
+  if (bytes < options.direct_below_bytes) return direct ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kHalvingDoubling;
+  return shared_memory ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kHalvingDoubling;
 }
 
 Tag collectiveTag(uint32_t epoch, uint64_t op, uint32_t step) {
@@ -411,7 +412,7 @@ Status allreduce(Communicator& comm, std::span<float> data, Deadline deadline, c
   CHAOSBED_RETURN_IF_ERROR(checkMember(comm, "allreduce"));
   const int n = comm.size();
   if (n == 1 || data.empty()) return Status::ok();
-  const auto algorithm = chooseAllreduce(data.size_bytes(), n, options);
+  const auto algorithm = chooseAllreduce(data.size_bytes(), n, comm.transport->sharedMemory(), options);
   if (algorithm == AllreduceAlgorithm::kDirect) return directAllreduce(call, comm, data, deadline);
   if (algorithm != AllreduceAlgorithm::kRing) return recursiveAllreduce(call, comm, data, algorithm, deadline);
   // A large buffer goes round the ring in slices, one after another, each its own operation (its own tags):

@@ -94,18 +94,22 @@ struct CollectiveOptions {
   size_t chunk_bytes = 64 * 1024;
   int window = 4;  // ring: chunks received ahead of the one being reduced
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
-  // kAuto, below ring_from_bytes: direct for up to direct_max_members members, else recursive doubling
-  // below halving_from_bytes and halving-doubling above; the ring from ring_from_bytes on (measured with
-  // `chaosbed bench allreduce --bench_allreduce_algorithm` at 3 to 16 ranks, docs/design.md).
+  // kAuto (chooseAllreduce), for communicators of up to direct_max_members members: direct below
+  // direct_below_bytes (over sockets recursive doubling below halving_from_bytes: a message costs more
+  // there); from direct_below_bytes the ring over shared memory, halving-doubling over sockets. Larger
+  // communicators: recursive doubling below halving_from_bytes, then halving-doubling, or the ring over
+  // shared memory from direct_below_bytes. Measured with `chaosbed bench allreduce
+  // --bench_allreduce_algorithm ... [--bench_shm=false]` at 3 to 16 ranks (docs/design.md).
   size_t halving_from_bytes = 128 * 1024;
-  size_t ring_from_bytes = 512 * 1024;
+  size_t direct_below_bytes = 512 * 1024;
   int direct_max_members = 16;
   // The ring reduces a larger buffer in slices of this size one after another (each slice's data is still
   // in cache when its all-gather comes back to it).
   size_t ring_slice_bytes = 2 * 1024 * 1024;
 };
-// The algorithm kAuto picks for a buffer of `bytes` over `members` members.
-AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, const CollectiveOptions& options);
+// The algorithm kAuto picks for a buffer of `bytes` over `members` members of a transport that does or
+// does not carry messages through shared memory (Transport::sharedMemory).
+AllreduceAlgorithm chooseAllreduce(size_t bytes, int members, bool shared_memory, const CollectiveOptions& options);
 
 // In-place sum over all members; on return every member holds the same sums.
 Status allreduce(Communicator& comm, std::span<float> data, Deadline deadline,

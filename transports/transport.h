@@ -70,6 +70,9 @@ class Transport {
   virtual int size() const = 0;
   // Backend name for logs and benchmarks: "ucx", "shaper(ucx)", ...
   virtual std::string name() const = 0;
+  // True when messages between this host's processes go through shared memory, where a message costs far
+  // less than over a socket: the collectives then prefer algorithms of more, smaller messages (collective.h).
+  virtual bool sharedMemory() const { return false; }
 
   virtual RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) = 0;
   // Receives one message of at most data.size() bytes from peer (or kAnyPeer) with exactly this tag; a longer

@@ -104,6 +104,7 @@ class UcxTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "ucx"; }
+  bool sharedMemory() const override { return options_.shared_memory; }
   RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
   RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
   void progress(Deadline until) override;

@@ -114,25 +114,31 @@ TEST(Allreduce, LargeBufferWithDefaultChunks) {
 
 TEST(Allreduce, SingleChunkWindow) { checkAllreduce(3, 4099, {.chunk_bytes = 1000, .window = 1}); }
 
-TEST(Allreduce, AutoChoosesByTheSizeThresholds) {
-  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .ring_from_bytes = 1 << 20, .direct_max_members = 2};
-  EXPECT_EQ(chooseAllreduce(4 << 10, 4, options), AllreduceAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(chooseAllreduce((32 << 10) - 4, 5, options), AllreduceAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(chooseAllreduce(32 << 10, 4, options), AllreduceAlgorithm::kHalvingDoubling);
-  EXPECT_EQ(chooseAllreduce(64 << 10, 4, options), AllreduceAlgorithm::kHalvingDoubling);
-  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 3, options), AllreduceAlgorithm::kHalvingDoubling);
-  EXPECT_EQ(chooseAllreduce(1 << 20, 4, options), AllreduceAlgorithm::kRing);
-  EXPECT_EQ(chooseAllreduce(64 << 10, 1, options), AllreduceAlgorithm::kRing);
-  EXPECT_EQ(chooseAllreduce(64 << 10, 4, {.algorithm = AllreduceAlgorithm::kRing}), AllreduceAlgorithm::kRing);
+TEST(Allreduce, AutoOverSocketsChoosesFewLargeMessages) {
+  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .direct_below_bytes = 1 << 20, .direct_max_members = 4};
+  constexpr bool kSockets = false;
+  EXPECT_EQ(chooseAllreduce(4 << 10, 4, kSockets, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce((32 << 10) - 4, 5, kSockets, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(32 << 10, 4, kSockets, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 3, kSockets, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce(32 << 10, 5, kSockets, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(1 << 20, 4, kSockets, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(64 << 20, 5, kSockets, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(64 << 10, 1, kSockets, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(64 << 10, 4, kSockets, {.algorithm = AllreduceAlgorithm::kRing}), AllreduceAlgorithm::kRing);
 }
 
-TEST(Allreduce, AutoChoosesDirectForSmallCommunicatorsBelowTheRing) {
-  const CollectiveOptions options{.ring_from_bytes = 1 << 20, .direct_max_members = 8};
-  EXPECT_EQ(chooseAllreduce(4 << 10, 2, options), AllreduceAlgorithm::kDirect);
-  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 8, options), AllreduceAlgorithm::kDirect);
-  EXPECT_EQ(chooseAllreduce(1 << 20, 8, options), AllreduceAlgorithm::kRing);
-  EXPECT_EQ(chooseAllreduce(4 << 10, 9, options), AllreduceAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(chooseAllreduce(512 << 10, 9, options), AllreduceAlgorithm::kHalvingDoubling);
+TEST(Allreduce, AutoOverSharedMemoryChoosesDirectThenTheRing) {
+  const CollectiveOptions options{.halving_from_bytes = 32 << 10, .direct_below_bytes = 1 << 20, .direct_max_members = 8};
+  constexpr bool kSharedMemory = true;
+  EXPECT_EQ(chooseAllreduce(4 << 10, 2, kSharedMemory, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce((1 << 20) - 4, 8, kSharedMemory, options), AllreduceAlgorithm::kDirect);
+  EXPECT_EQ(chooseAllreduce(1 << 20, 8, kSharedMemory, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(4 << 10, 9, kSharedMemory, options), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(512 << 10, 9, kSharedMemory, options), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(1 << 20, 9, kSharedMemory, options), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(4 << 10, 4, kSharedMemory, {.algorithm = AllreduceAlgorithm::kHalvingDoubling}),
+            AllreduceAlgorithm::kHalvingDoubling);
 }
 
 TEST(Allreduce, EmptyBufferIsANoOp) {
