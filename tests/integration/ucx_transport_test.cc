@@ -164,7 +164,9 @@ TEST(UcxTransport, KilledPeerFailsPendingAndLaterOperationsWithPeerLostWithinOne
       if (s.code() != StatusCode::kPeerLost || s.peer() != 1) return c.fail("rank 2 sees " + s.toString());
       int v = 0;
       Status r = recv(*t, 0, 3, asWritableBytes(std::span(&v, 1)), deadlineIn(seconds(10)));
-      return r.isOk() && v == 1234 ? 0 : c.fail("rank 2 recv: " + r.toString());
+      if (!r.isOk() || v != 1234) return c.fail("rank 2 recv: " + r.toString());
+      Status told = c.store().set("rank2-received", "1");
+      return told.isOk() ? 0 : c.fail(told.toString());
     }
     std::vector<std::byte> in(1024), out(32 << 20, std::byte{1});
     std::vector<RequestPtr> reqs;
@@ -185,7 +187,11 @@ TEST(UcxTransport, KilledPeerFailsPendingAndLaterOperationsWithPeerLostWithinOne
     if (!later_recv->isComplete() || later_recv->status().peer() != 1) return c.fail("later recv: " + later_recv->status().toString());
     int v = 1234;
     Status r = send(*t, 2, 3, asBytes(std::span(&v, 1)), deadlineIn(seconds(10)));
-    return r.isOk() ? 0 : c.fail("send to rank 2: " + r.toString());
+    if (!r.isOk()) return c.fail("send to rank 2: " + r.toString());
+    // A closed transport counts as a failed peer (transport.h): a receive that rank 2 posts after our close
+    // would fail with PeerLost, so stay until it has the message.
+    auto received = c.store().get("rank2-received", deadlineIn(seconds(10)));
+    return received.isOk() ? 0 : c.fail("waiting for rank 2: " + received.status().toString());
   }).isOk());
   ASSERT_TRUE(mp.waitFor(1, "ready", deadlineIn(seconds(30))).isOk());
   ASSERT_TRUE(mp.waitFor(0, "posted", deadlineIn(seconds(30))).isOk());
