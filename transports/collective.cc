@@ -49,6 +49,16 @@ class Call {
     if (s.isOk()) return s;
     return annotate(s, step, waiting_on);
   }
+  // Waits for a receive from rank `from` and checks that it brought `expected` bytes: members whose buffers
+  // differ in size get an error naming the sender, not a silently short sum.
+  Status awaitReceive(const RequestPtr& request, size_t expected, int step, int from, Deadline deadline) {
+    CHAOSBED_RETURN_IF_ERROR(waitFor(request, step, from, deadline));
+    if (request->receivedBytes() == expected) return Status::ok();
+    return annotate(Status::invalidArgument("rank " + std::to_string(from) + " sent " +
+                                            std::to_string(request->receivedBytes()) + " bytes, expected " +
+                                            std::to_string(expected) + " (do the members' buffers differ in size?)"),
+                    step, from);
+  }
   Status waitForAll(std::span<const RequestPtr> requests, int step, Deadline deadline) {
     Status s = waitAll(*comm_.transport, requests, deadline, comm_.members);
     if (s.isOk()) return s;
@@ -152,15 +162,7 @@ Status runRing(Call& call, Communicator& comm, const RingPass& pass, Deadline de
     }
     const int step = static_cast<int>(done / k_chunks);
     RequestPtr& r = *recvs[done];
-    CHAOSBED_RETURN_IF_ERROR(call.waitFor(r, step, left, deadline));
-    const size_t expected = chunk(recvSeg(done), done % k_chunks).size();
-    if (r->receivedBytes() != expected) {
-      return call.annotate(Status::invalidArgument("rank " + std::to_string(left) + " sent " +
-                                                   std::to_string(r->receivedBytes()) + " bytes, expected " +
-                                                   std::to_string(expected) +
-                                                   " (do the members' buffers differ in size?)"),
-                           step, left);
-    }
+    CHAOSBED_RETURN_IF_ERROR(call.awaitReceive(r, chunk(recvSeg(done), done % k_chunks).size(), step, left, deadline));
     if (isReduce(done)) {
       std::span<std::byte> dst = chunk(recvSeg(done), done % k_chunks);
       addInto(reinterpret_cast<float*>(dst.data()),
@@ -196,13 +198,7 @@ Status exchange(Call& call, std::span<float> data, int partner, int step, size_t
   RequestPtr* send = send_len == 0 ? nullptr : &call.keep(call.transport().isend(
       partner, call.tag(step), std::as_bytes(data.subspan(send_off, send_len))));
   if (recv) {
-    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recv, step, partner, deadline));
-    if ((*recv)->receivedBytes() != recv_len * sizeof(float))
-      return call.annotate(Status::invalidArgument("rank " + std::to_string(partner) + " sent " +
-                                                   std::to_string((*recv)->receivedBytes()) + " bytes, expected " +
-                                                   std::to_string(recv_len * sizeof(float)) +
-                                                   " (do the members' buffers differ in size?)"),
-                           step, partner);
+    CHAOSBED_RETURN_IF_ERROR(call.awaitReceive(*recv, recv_len * sizeof(float), step, partner, deadline));
     recv->reset();
   }
   if (send) CHAOSBED_RETURN_IF_ERROR(call.waitFor(*send, step, partner, deadline));
@@ -277,14 +273,6 @@ Status directAllreduce(Call& call, Communicator& comm, std::span<float> data, De
   const size_t mine = length(me);
   const size_t slot = (mine * sizeof(float) + 63) / 64 * 64 / sizeof(float);  // cache-line aligned slots
   float* slots = reinterpret_cast<float*>(scratch(slot * sizeof(float) * static_cast<size_t>(n)));
-  auto expectBytes = [&](const RequestPtr& r, int step, int from, size_t floats) -> Status {
-    if (r->receivedBytes() == floats * sizeof(float)) return Status::ok();
-    return call.annotate(Status::invalidArgument("rank " + std::to_string(comm.rankAt(from)) + " sent " +
-                                                 std::to_string(r->receivedBytes()) + " bytes, expected " +
-                                                 std::to_string(floats * sizeof(float)) +
-                                                 " (do the members' buffers differ in size?)"),
-                         step, comm.rankAt(from));
-  };
 
   std::vector<RequestPtr*> recvs(static_cast<size_t>(n), nullptr), sends(static_cast<size_t>(n), nullptr);
   for (int j = 0; j < n; ++j) {
@@ -299,8 +287,7 @@ Status directAllreduce(Call& call, Communicator& comm, std::span<float> data, De
   float* own = data.data() + offset(me);
   for (int j = 0; j < n; ++j) {
     if (recvs[j] == nullptr) continue;
-    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recvs[j], 0, comm.rankAt(j), deadline));
-    CHAOSBED_RETURN_IF_ERROR(expectBytes(*recvs[j], 0, j, mine));
+    CHAOSBED_RETURN_IF_ERROR(call.awaitReceive(*recvs[j], mine * sizeof(float), 0, comm.rankAt(j), deadline));
     recvs[j]->reset();
     addInto(own, slots + slot * static_cast<size_t>(j), mine);
   }
@@ -319,8 +306,7 @@ Status directAllreduce(Call& call, Communicator& comm, std::span<float> data, De
   }
   for (int j = 0; j < n; ++j) {
     if (recvs[j] == nullptr) continue;
-    CHAOSBED_RETURN_IF_ERROR(call.waitFor(*recvs[j], 1, comm.rankAt(j), deadline));
-    CHAOSBED_RETURN_IF_ERROR(expectBytes(*recvs[j], 1, j, length(j)));
+    CHAOSBED_RETURN_IF_ERROR(call.awaitReceive(*recvs[j], length(j) * sizeof(float), 1, comm.rankAt(j), deadline));
   }
   for (int j = 0; j < n; ++j)
     if (sends[j] != nullptr) CHAOSBED_RETURN_IF_ERROR(call.waitFor(*sends[j], 1, comm.rankAt(j), deadline));
@@ -480,13 +466,7 @@ Status broadcast(Communicator& comm, std::span<std::byte> data, int root, Deadli
       for (; next_recv < k_chunks && next_recv < done + window; ++next_recv)
         recvs[next_recv] = &call.keep(call.transport().irecv(prev, call.tag(0), chunk(next_recv)));
       RequestPtr& r = *recvs[done];
-      CHAOSBED_RETURN_IF_ERROR(call.waitFor(r, 0, prev, deadline));
-      if (r->receivedBytes() != chunk(done).size())
-        return call.annotate(Status::invalidArgument("rank " + std::to_string(prev) + " sent " +
-                                                     std::to_string(r->receivedBytes()) + " bytes, expected " +
-                                                     std::to_string(chunk(done).size()) +
-                                                     " (do the members' buffers differ in size?)"),
-                             0, prev);
+      CHAOSBED_RETURN_IF_ERROR(call.awaitReceive(r, chunk(done).size(), 0, prev, deadline));
       r.reset();
       if (position < n - 1)
         sends.push_back(&call.keep(call.transport().isend(next, call.tag(0), chunk(done))));
