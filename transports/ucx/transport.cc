@@ -553,7 +553,9 @@ std::string tlsWithoutSharedMemory(const std::string& tls) {
   };
   TlsList list = parseTls(tls);
   std::erase_if(list.names, shared);
-  if (list.exclude) list.names.insert(list.names.end(), kShared.begin(), kShared.end());
+  // Excluded by the alias "sm" (all of them): naming a transport this UCX was built without (xpmem, knem
+  // here) makes every process print a warning, on stdout, at start-up.
+  if (list.exclude) list.names.push_back("sm");
   if (list.names.empty() ||
       (!list.exclude && std::all_of(list.names.begin(), list.names.end(), [](auto& n) { return n == "self"; })))
     return "";
