@@ -5,7 +5,7 @@
 # 3), each chaosbed, Open MPI (both paths) and Gloo one after the other, and prints the medians of busbw
 # (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 64 KiB, 1 MiB and 16 MiB for each, chaosbed's ratios to them (the
 # median of the per-round ratios) against the targets: chaosbed >= Open MPI (its faster path at that size, by
-# median) and >= 5x Gloo at every size; and the load at the start and the end. Refuses to start above 0.5 load per core.
+# median) and >= 5x Gloo at every size; and the load at the start and the end. Refuses to start unless the load is below 0.5 per core.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 3)
@@ -40,11 +40,8 @@ g++ -O3 -std=c++17 -o "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc -lgloo
   { echo "allreduce_compare: building the Gloo peer failed" >&2; exit 2; }
 
 sizes="65536 1048576 16777216"
-load_start=$(cut -d' ' -f1 /proc/loadavg)
-if awk -v l="$load_start" -v c="$(nproc)" 'BEGIN { exit !(l > 0.5 * c) }'; then
-  echo "allreduce_compare: load $load_start on $(nproc) cores is above 0.5 per core; refusing to measure" >&2
-  exit 2
-fi
+source bench/quiet.sh
+require_quiet allreduce_compare
 echo "ranks: $ranks  rounds: $rounds  load at start: $(cut -d' ' -f1-3 /proc/loadavg)  UCX_TLS=${UCX_TLS:-<unset: all>}"
 
 store=$(mktemp -d)

@@ -5,8 +5,9 @@
 #    other, PAIRS times (ours, peer, ours, peer, ...); a table of the medians and the median per-pair ratio;
 # 2. all-reduce against Open MPI and Gloo at 64 KiB, 1 MiB, 16 MiB on 4 ranks (bench/allreduce_compare.sh);
 # 3. point to point against ucx_perftest (bench/p2p_vs_perftest.sh).
-# It refuses to start when the 1-minute load is above 0.5 per core (a figure taken under load is not a
-# result), and before each later section waits up to 5 minutes for the load of the previous one to decay.
+# It refuses to start unless the 1-minute load is below 0.5 per core (a figure taken under load is not a
+# result), and before each later section waits up to 10 minutes for the load of the previous one to decay
+# below it (bench/quiet.sh).
 # Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed)
 # Exit: 0 when every target is met, 1 when one is missed, 2 refused, 4 a tool is missing.
 set -euo pipefail
@@ -22,23 +23,10 @@ models=(mlp cnn resnet)
   { echo "compare: $python has no torch: scripts/install-deps.sh --with-bench" >&2; exit 4; }
 [ "$pairs" -ge 3 ] 2>/dev/null || { echo "compare: PAIRS must be at least 3, got '$pairs'" >&2; exit 2; }
 
-cores=$(nproc)
-load_start=$(cut -d' ' -f1 /proc/loadavg)
-if awk -v l="$load_start" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
-  echo "compare: load $load_start on $cores cores is above 0.5 per core; refusing to measure (wait for a quiet machine)" >&2
-  exit 2
-fi
-
-# Waits until the 1-minute load is at most 0.5 per core, at most 300 s; false if it never is.
-wait_quiet() {
-  local waited=0
-  while awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; do
-    [ "$waited" -ge 300 ] && return 1
-    sleep 5
-    waited=$((waited + 5))
-  done
-  echo "(load $(cut -d' ' -f1 /proc/loadavg) after waiting ${waited} s)"
-}
+source bench/quiet.sh
+require_quiet compare
+cores=$quiet_cores
+load_start=$(quiet_load)
 
 status=0
 echo "== training step against PyTorch"
@@ -82,9 +70,9 @@ sys.exit(0 if ok else 1)
 PY
 
 echo "== all-reduce against Open MPI and Gloo"
-if wait_quiet; then bench/allreduce_compare.sh "$chaosbed" 4 "$pairs" || status=1
-else echo "compare: the load stayed above 0.5 per core; all-reduce not measured" >&2; status=2; fi
+if wait_quiet 600; then bench/allreduce_compare.sh "$chaosbed" 4 "$pairs" || status=1
+else echo "compare: the load stayed at 0.5 per core or above; all-reduce not measured" >&2; status=2; fi
 echo "== point to point against ucx_perftest"
-if wait_quiet; then bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || status=1
-else echo "compare: the load stayed above 0.5 per core; p2p not measured" >&2; status=2; fi
+if wait_quiet 600; then bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || status=1
+else echo "compare: the load stayed at 0.5 per core or above; p2p not measured" >&2; status=2; fi
 exit "$status"

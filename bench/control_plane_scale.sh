@@ -5,7 +5,7 @@
 # append to the controller's read: p50, p99, max; the controller's CPU as a share of one core and its peak
 # RSS) and, from events.jsonl, how long a membership generation published after training started took to
 # reach its members (p50 of every member's delay, and the median over generations of the slowest member's).
-# Each size starts only once the 1-minute load is at or below 0.5 per core (a run of hundreds of processes
+# Each size starts only once the 1-minute load is below 0.5 per core (a run of hundreds of processes
 # leaves it high for minutes; it waits up to 15 minutes, then refuses). The nodes themselves share the
 # machine's cores with the controller: the load at the start and the end of each size is printed beside it.
 # Usage: bench/control_plane_scale.sh [CHAOSBED_BINARY] [SIZES...]   (defaults: build/chaosbed 64 256 512)
@@ -19,25 +19,14 @@ sizes=("$@")
 [ -x "$bin" ] || { echo "control_plane_scale: $bin is not an executable (build it first, or pass its path)" >&2; exit 2; }
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-cores=$(nproc)
-# Waits (up to 15 minutes) for the 1-minute load to fall to 0.5 per core; exits 2 if it does not.
-wait_quiet() {
-  local waited=0
-  while awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; do
-    if [ "$waited" -ge 900 ]; then
-      echo "control_plane_scale: load $(cut -d' ' -f1 /proc/loadavg) stayed above 0.5 per core on $cores cores" >&2
-      exit 2
-    fi
-    sleep 10
-    waited=$((waited + 10))
-  done
-}
+source bench/quiet.sh
+cores=$quiet_cores
 out=$(mktemp -d /tmp/chaosbed-control-plane.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 echo "scenario: experiments/scenarios/control-plane-256.yaml  cores: $cores"
 printf '%6s %-17s %7s %9s %9s %9s %6s %7s %12s %12s %6s %s\n' nodes strategy events "p50 ms" "p99 ms" "max ms" cpu "rss MB" "memb p50 ms" "memb all ms" "load1 at start" "load at end"
 for n in "${sizes[@]}"; do
-  wait_quiet
+  wait_quiet 900 >/dev/null || { echo "control_plane_scale: load $(quiet_load) stayed at 0.5 per core or above on $cores cores" >&2; exit 2; }
   load_start=$(cut -d' ' -f1 /proc/loadavg)
   if ! "$bin" run experiments/scenarios/control-plane-256.yaml --out "$out/$n" --set "cluster.workers=$n" \
       --metrics_addr off >"$out/$n.log" 2>&1; then

@@ -4,19 +4,15 @@
 # the `chaosbed run` process's utime+stime (its own threads, not its children) from /proc once a second.
 # Prints its CPU seconds, their share of one core over the process's life, and the load at start and end.
 # Usage: bench/controller_cpu.sh [STRATEGY] [TIME_LIMIT_S] [CHAOSBED_BINARY]
-# Refuses to start when the 1-minute load is above 0.5 per core: a figure taken under load is not a result.
+# Refuses to start unless the 1-minute load is below 0.5 per core: a figure taken under load is not a result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 strategy=${1:-parameter_server}
 limit=${2:-40}
 bin=${3:-build/chaosbed}
 [ -x "$bin" ] || { echo "controller_cpu: $bin is not an executable (build it first, or pass its path)" >&2; exit 2; }
-cores=$(nproc)
-load1=$(cut -d' ' -f1 /proc/loadavg)
-if awk -v l="$load1" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
-  echo "controller_cpu: load $load1 is above 0.5 per core on $cores cores; wait for a quiet machine" >&2
-  exit 2
-fi
+source bench/quiet.sh
+require_quiet controller_cpu
 out=$(mktemp -d /tmp/chaosbed-controller-cpu.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 echo "strategy: $strategy  time limit: ${limit} s  load at start: $(cut -d' ' -f1-3 /proc/loadavg)"

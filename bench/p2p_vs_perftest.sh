@@ -6,13 +6,15 @@
 # ucx_perftest runs without -e (no peer error handling), as the chaosbed data path does.
 # Usage: bench/p2p_vs_perftest.sh [CHAOSBED_BINARY] [ROUNDS]   (defaults: build/chaosbed, 3)
 # Exit: 0 when both targets are met, 1 when one is missed, 2 when a tool is missing or fails.
-# Both sides spin on the CPU: on a loaded machine the figures are noisy; run it on an idle one.
+# Both sides spin on the CPU: it refuses to start unless the load is below 0.5 per core (bench/quiet.sh).
 set -euo pipefail
 
 bin=${1:-build/chaosbed}
 rounds=${2:-3}
 [ -x "$bin" ] || { echo "p2p_vs_perftest: $bin is not an executable (build it first, or pass its path)" >&2; exit 2; }
 command -v ucx_perftest >/dev/null || { echo "p2p_vs_perftest: ucx_perftest not found (apt install ucx-utils)" >&2; exit 2; }
+source "$(dirname "$0")/quiet.sh"
+require_quiet p2p_vs_perftest
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 
