@@ -5,7 +5,10 @@
 # 3), each chaosbed, Open MPI (both paths) and Gloo one after the other, and prints the medians of busbw
 # (= algbw * 2(N-1)/N, GB/s = 1e9 B/s) at 64 KiB, 1 MiB and 16 MiB for each, chaosbed's ratios to them (the
 # median of the per-round ratios) against the targets: chaosbed >= Open MPI (its faster path at that size, by
-# median) and >= 5x Gloo at every size; and the load at the start and the end. Refuses to start unless the load is below 0.5 per core.
+# median) and >= 5x Gloo at every size; and the load at the start and the end. Beside them, the physical
+# limit: every byte a rank sends is copied at least once by some core, so with RANKS ranks on CORES cores
+# busbw <= min(CORES, RANKS) / RANKS x one core's memcpy bandwidth at that size (bench/peers/memcpy_bw.c,
+# measured each round). Refuses to start unless the load is below 0.5 per core.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 3)
@@ -38,6 +41,7 @@ mpicc -O3 -o "$out/mpi_allreduce" bench/peers/mpi_allreduce.c ||
   { echo "allreduce_compare: mpicc failed" >&2; exit 2; }
 g++ -O3 -std=c++17 -o "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc -lgloo -lpthread ||
   { echo "allreduce_compare: building the Gloo peer failed" >&2; exit 2; }
+gcc -O2 -o "$out/memcpy_bw" bench/peers/memcpy_bw.c || { echo "allreduce_compare: building memcpy_bw failed" >&2; exit 2; }
 
 sizes="65536 1048576 16777216"
 source bench/quiet.sh
@@ -66,26 +70,31 @@ for ((round = 1; round <= rounds; ++round)); do
   gloo=$(timeout 300 "$out/gloo_allreduce" 0 "$ranks" "$store" $sizes) ||
     { echo "allreduce_compare: gloo_allreduce failed" >&2; kill "${pids[@]}" 2>/dev/null; exit 2; }
   wait "${pids[@]}" || { echo "allreduce_compare: a gloo_allreduce rank failed" >&2; exit 2; }
+  memcpy=$("$out/memcpy_bw" $sizes) || { echo "allreduce_compare: memcpy_bw failed" >&2; exit 2; }
   # One JSON line per round: every peer's text, for the summary below.
-  "$py" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$chaosbed_json" "$mpi_default" "$mpi_ucx" "$gloo" >>"$raw"
+  "$py" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$chaosbed_json" "$mpi_default" "$mpi_ucx" "$gloo" "$memcpy" >>"$raw"
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-"$py" - "$ranks" "$raw" "$load_end" <<'PY'
+"$py" - "$ranks" "$raw" "$load_end" "$quiet_cores" <<'PY'
 import json, statistics, sys
 n = int(sys.argv[1])
+limit_share = min(int(sys.argv[4]), n) / n
 factor = 2 * (n - 1) / n
 def busbw(bytes_, time_us): return bytes_ / (time_us * 1e-6) / 1e9 * factor
 def peer(text): return {int(b): busbw(int(b), float(t)) for b, t in (l.split() for l in text.strip().splitlines())}
 rounds = []
 for line in open(sys.argv[2]):
-    ours, mpi, mpi_ucx, gloo = json.loads(line)
+    ours, mpi, mpi_ucx, gloo, memcpy = json.loads(line)
+    copy = {int(b): float(g) for b, g in (l.split() for l in memcpy.strip().splitlines())}
     rounds.append(({r["bytes"]: r["busbw_gbps"] for r in map(json.loads, ours.strip().splitlines())},
-                   peer(mpi), peer(mpi_ucx), peer(gloo)))
+                   peer(mpi), peer(mpi_ucx), peer(gloo), copy))
 ok = True
-print(f"{'size':>8} {'chaosbed':>9} {'ompi':>9} {'ompi+ucx':>9} {'gloo':>9}   busbw GB/s, medians of {len(rounds)} rounds   ratios (medians)")
+print(f"{'size':>8} {'chaosbed':>9} {'ompi':>9} {'ompi+ucx':>9} {'gloo':>9} {'limit':>7}   busbw GB/s, medians of "
+      f"{len(rounds)} rounds; limit = {limit_share:.2f} x memcpy   ratios (medians)")
 for b in (64 << 10, 1 << 20, 16 << 20):
     med = [statistics.median(r[i][b] for r in rounds) for i in range(4)]
+    limit = limit_share * statistics.median(r[4][b] for r in rounds)
     # Open MPI's best path at this size is the one with the higher median; the per-round maximum of two
     # noisy paths would be a luckier sample than either path gives, not a configuration one could run.
     best = 1 if med[1] >= med[2] else 2
@@ -93,7 +102,7 @@ for b in (64 << 10, 1 << 20, 16 << 20):
     r_gloo = statistics.median(r[0][b] / r[3][b] for r in rounds)
     ok &= r_mpi >= 1.0 and r_gloo >= 5.0
     label = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-    print(f"{label:>8} {med[0]:9.3f} {med[1]:9.3f} {med[2]:9.3f} {med[3]:9.3f}   "
+    print(f"{label:>8} {med[0]:9.3f} {med[1]:9.3f} {med[2]:9.3f} {med[3]:9.3f} {limit:7.1f}   "
           f"chaosbed/{('ompi', 'ompi+ucx')[best - 1]} {r_mpi:.2f} (>= 1.00)  chaosbed/gloo {r_gloo:.2f} (>= 5.00)")
 print(f"load at end: {sys.argv[3]}")
 print("targets: " + ("met" if ok else "MISSED"))

@@ -58,10 +58,10 @@ bool waitForQuiet(double max_wait_s, FILE* progress) {
   bool said = false;
   for (;;) {
     const double load = loadAverage1();
-    if (load >= 0 && load <= limit) return true;
+    if (load >= 0 && load < limit) return true;
     if (std::chrono::steady_clock::now() >= give_up) return false;
     if (!said && progress) {
-      std::fprintf(progress, "waiting for the load (%.2f) to fall to half the cores (%.1f), at most %.0f s\n", load, limit,
+      std::fprintf(progress, "waiting for the load (%.2f) to fall below half the cores (%.1f), at most %.0f s\n", load, limit,
                    max_wait_s);
       std::fflush(progress);
       said = true;
@@ -95,7 +95,7 @@ Provenance Provenance::atStart() {
   p.cpu_model = cpuModel();
   p.cores = int(std::thread::hardware_concurrency());
   p.load1_at_start = loadAverage1();
-  p.quiet = p.load1_at_start >= 0 && p.cores > 0 && p.load1_at_start <= 0.5 * p.cores;
+  p.quiet = p.load1_at_start >= 0 && p.cores > 0 && p.load1_at_start < 0.5 * p.cores;
   p.command_line = commandLine();
   p.slurm_job = slurmJob();
   p.started_at = utcNow();
