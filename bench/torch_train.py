@@ -9,11 +9,27 @@ Run with Debian's Python (/usr/bin/python3, package python3-torch), which uses t
 samples_per_s and the torch version.
 """
 import argparse
+import ctypes
 import json
+import os
 import sys
 import time
 
-import torch
+# One thread for real: torch.set_num_threads(1) leaves OpenBLAS's own thread pool, which ran the
+# convolutions' GEMMs on a second core. OpenBLAS reads these when torch loads it.
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = "1"
+
+# The peer at its best: glibc gives freed blocks of 128 KiB and more back to the kernel (its mmap and trim
+# thresholds), so a step's activations page-fault again every step until glibc's adaptive threshold has
+# caught up, or not: the CNN ran at 2-5k or at 7-9k samples/s from one process to the next (160-450k
+# against 43k page faults in a run). Keeping freed memory makes every run the fast one.
+_libc = ctypes.CDLL("libc.so.6")
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+if not (_libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20) and _libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)):
+    sys.exit("torch_train: mallopt failed")
+
+import torch  # noqa: E402  (after the settings above)
 
 
 class Residual(torch.nn.Module):

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/data/random.h"
+#include "core/model/conv_columns.h"
 
 namespace chaosbed::model {
 
@@ -18,10 +19,6 @@ constexpr size_t kChunk = 64;  // samples per forward/backward pass (see cnn.h)
 // this machine's 1 MB L2 (LeNet step, samples/s): 4-24k floats 6.2-7.3k, 96k 5.7-6.5k, the whole chunk 4.3-4.5k.
 constexpr size_t kBlockFloats = 24 * 1024;
 
-struct Shape {
-  size_t c = 0, h = 0, w = 0;
-  size_t size() const { return c * h * w; }
-};
 
 int i(size_t v) { return static_cast<int>(v); }
 
@@ -29,68 +26,17 @@ void drawUniform(float* p, size_t count, float bound, data::Rng& rng) {
   for (size_t k = 0; k < count; ++k) p[k] = (2.0f * data::uniformFloat(rng) - 1.0f) * bound;
 }
 
-// Images [first, first + count) of a chunk of n (channel-major maps: plane ci of image img at
-// x + (ci * n + img) * h * w), as columns: col[(ci*k + ki)*k + kj][(b*h + oh)*w + ow] =
-// x[ci][first + b][oh + ki - k/2][ow + kj - k/2], zero outside the image.
-struct ImageBlock {
-  size_t n, first, count;
-};
-
-void im2col(const float* x, Shape s, ImageBlock block, size_t k, float* col) {
-  const size_t hw = s.h * s.w;
-  const ptrdiff_t pad = ptrdiff_t(k / 2);
-  for (size_t ci = 0; ci < s.c; ++ci) {
-    const float* src_c = x + (ci * block.n + block.first) * hw;
-    for (size_t ki = 0; ki < k; ++ki) {
-      for (size_t kj = 0; kj < k; ++kj) {
-        float* row = col + ((ci * k + ki) * k + kj) * block.count * hw;
-        const ptrdiff_t dj = ptrdiff_t(kj) - pad;
-        const size_t lo = size_t(std::max<ptrdiff_t>(0, -dj));
-        const size_t hi = size_t(std::min<ptrdiff_t>(ptrdiff_t(s.w), ptrdiff_t(s.w) - dj));
-        for (size_t b = 0; b < block.count; ++b) {
-          for (size_t oh = 0; oh < s.h; ++oh) {
-            float* dst = row + (b * s.h + oh) * s.w;
-            const ptrdiff_t ih = ptrdiff_t(oh + ki) - pad;
-            if (ih < 0 || ih >= ptrdiff_t(s.h)) {
-              std::fill_n(dst, s.w, 0.0f);
-              continue;
-            }
-            const float* src = src_c + (b * s.h + size_t(ih)) * s.w;
-            std::fill_n(dst, lo, 0.0f);
-            std::memcpy(dst + lo, src + ptrdiff_t(lo) + dj, (hi - lo) * sizeof(float));
-            std::fill(dst + hi, dst + s.w, 0.0f);
-          }
-        }
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: the block's images in x become the sum of every column entry copied from them.
-void col2im(const float* col, Shape s, ImageBlock block, size_t k, float* x) {
-  const size_t hw = s.h * s.w;
-  const ptrdiff_t pad = ptrdiff_t(k / 2);
-  for (size_t ci = 0; ci < s.c; ++ci) std::fill_n(x + (ci * block.n + block.first) * hw, block.count * hw, 0.0f);
-  for (size_t ci = 0; ci < s.c; ++ci) {
-    float* dst_c = x + (ci * block.n + block.first) * hw;
-    for (size_t ki = 0; ki < k; ++ki) {
-      for (size_t kj = 0; kj < k; ++kj) {
-        const float* row = col + ((ci * k + ki) * k + kj) * block.count * hw;
-        const ptrdiff_t dj = ptrdiff_t(kj) - pad;
-        const size_t lo = size_t(std::max<ptrdiff_t>(0, -dj));
-        const size_t hi = size_t(std::min<ptrdiff_t>(ptrdiff_t(s.w), ptrdiff_t(s.w) - dj));
-        for (size_t b = 0; b < block.count; ++b) {
-          for (size_t oh = 0; oh < s.h; ++oh) {
-            const ptrdiff_t ih = ptrdiff_t(oh + ki) - pad;
-            if (ih < 0 || ih >= ptrdiff_t(s.h)) continue;
-            const float* src = row + (b * s.h + oh) * s.w;
-            float* dst = dst_c + (b * s.h + size_t(ih)) * s.w + dj;
-            for (size_t ow = lo; ow < hi; ++ow) dst[ow] += src[ow];
-          }
-        }
-      }
-    }
-  }
+// The sum of p[0..n), in 16 running sums: one running sum is a chain of dependent scalar adds (the compiler
+// may not reorder a float sum), which made the bias gradients half of a convolution's backward pass.
+float sumOf(const float* p, size_t n) {
+  float lanes[16] = {};
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (size_t l = 0; l < 16; ++l) lanes[l] += p[j + l];
+  float sum = 0;
+  for (; j < n; ++j) sum += p[j];
+  for (float lane : lanes) sum += lane;
+  return sum;
 }
 
 // dy = 0 where the ReLU's output y was 0 (its derivative), in place.
@@ -171,9 +117,7 @@ class Conv final : public Layer {
     if (relu_) reluMask(y.data(), dy, out.c * cols);
     float* db = grads + out.c * patch();
     for (size_t o = 0; o < out.c; ++o) {
-      const float* row = dy + o * cols;
-      float sum = 0;
-      for (size_t j = 0; j < cols; ++j) sum += row[j];
+      const float sum = sumOf(dy + o * cols, cols);
       db[o] = accumulate ? db[o] + sum : sum;
     }
     for (size_t first = 0; first < n; first += block_images_) {
@@ -204,57 +148,65 @@ class Conv final : public Layer {
   std::vector<float> col_;     // im2col of one block of images
 };
 
-// 2 x 2 max-pooling, stride 2; ties go to the first element in row-major order.
+// 2 x 2 max-pooling, stride 2; ties go to the first element in row-major order. Backward finds the winner
+// again (the first element equal to the maximum) instead of storing its index: forward is then selects
+// alone, which the compiler vectorizes.
 class MaxPool final : public Layer {
  public:
-  explicit MaxPool(Shape in) : Layer(in, {in.c, in.h / 2, in.w / 2}), argmax_(kChunk * out.size()) {}
+  explicit MaxPool(Shape in) : Layer(in, {in.c, in.h / 2, in.w / 2}) {}
 
   void forward(const float* /*params*/, const float* x, size_t n) override {
     const size_t planes = in.c * n;
     for (size_t p = 0; p < planes; ++p) {
       const float* src = x + p * in.h * in.w;
       float* dst = y.data() + p * out.h * out.w;
-      uint8_t* arg = argmax_.data() + p * out.h * out.w;
       for (size_t oh = 0; oh < out.h; ++oh) {
         const float* r0 = src + 2 * oh * in.w;
         const float* r1 = r0 + in.w;
+        float* row = dst + oh * out.w;
         for (size_t ow = 0; ow < out.w; ++ow) {
-          // Selects rather than branches: which element wins is data-dependent and mispredicts half the time.
+          // Replaced only by a strictly larger value: the first of equal maxima wins.
           float best = r0[2 * ow];
-          uint8_t q = 0;
-          const float v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
-          q = v1 > best ? 1 : q;
-          best = v1 > best ? v1 : best;
-          q = v2 > best ? 2 : q;
-          best = v2 > best ? v2 : best;
-          q = v3 > best ? 3 : q;
-          best = v3 > best ? v3 : best;
-          dst[oh * out.w + ow] = best;
-          arg[oh * out.w + ow] = q;
+          best = r0[2 * ow + 1] > best ? r0[2 * ow + 1] : best;
+          best = r1[2 * ow] > best ? r1[2 * ow] : best;
+          best = r1[2 * ow + 1] > best ? r1[2 * ow + 1] : best;
+          row[ow] = best;
         }
       }
     }
   }
 
-  void backward(const float*, float*, const float*, float* dy, float* dx, size_t n, bool) override {
+  void backward(const float*, float*, const float* x, float* dy, float* dx, size_t n, bool) override {
     if (dx == nullptr) return;
     const size_t planes = in.c * n;
-    std::fill_n(dx, planes * in.h * in.w, 0.0f);
+    // Every element of a window is written (the gradient or 0) with selects, not branches: which one won is
+    // data-dependent, and a branch on it mispredicts. An odd last row or column belongs to no window.
+    if (in.h % 2 != 0 || in.w % 2 != 0) std::fill_n(dx, planes * in.h * in.w, 0.0f);
     for (size_t p = 0; p < planes; ++p) {
+      const float* src = x + p * in.h * in.w;
       float* dst = dx + p * in.h * in.w;
-      const float* src = dy + p * out.h * out.w;
-      const uint8_t* arg = argmax_.data() + p * out.h * out.w;
+      const float* pooled = y.data() + p * out.h * out.w;
+      const float* grad = dy + p * out.h * out.w;
       for (size_t oh = 0; oh < out.h; ++oh) {
+        const float* r0 = src + 2 * oh * in.w;
+        const float* r1 = r0 + in.w;
+        float* d0 = dst + 2 * oh * in.w;
+        float* d1 = d0 + in.w;
         for (size_t ow = 0; ow < out.w; ++ow) {
-          const uint8_t q = arg[oh * out.w + ow];
-          dst[(2 * oh + q / 2) * in.w + 2 * ow + q % 2] = src[oh * out.w + ow];
+          const float best = pooled[oh * out.w + ow], g = grad[oh * out.w + ow];
+          // The first element equal to the maximum wins; none is only when the first element is a NaN.
+          const bool e1 = r0[2 * ow + 1] == best, e2 = r1[2 * ow] == best, e3 = r1[2 * ow + 1] == best;
+          // Bitwise, not short-circuit, operators: no branch.
+          const bool w0 = (r0[2 * ow] == best) | !(e1 | e2 | e3);
+          const bool w1 = !w0 & e1, w2 = !w0 & !e1 & e2, w3 = !w0 & !e1 & !e2;
+          d0[2 * ow] = w0 ? g : 0.0f;
+          d0[2 * ow + 1] = w1 ? g : 0.0f;
+          d1[2 * ow] = w2 ? g : 0.0f;
+          d1[2 * ow + 1] = w3 ? g : 0.0f;
         }
       }
     }
   }
-
- private:
-  std::vector<uint8_t> argmax_;
 };
 
 // y = ReLU(x + b(a(x))), a = conv3x3 + ReLU, b = conv3x3, both keeping the channel count.
