@@ -55,7 +55,7 @@ for line in open(path):
 print(f"load at start {load_start}, at end {load_end} ({cores} cores); torch {torch_version}; "
       f"{len(next(iter(rows.values())))} interleaved pairs per model, one thread each, batch 64")
 print(f"{'model':8} {'chaosbed samples/s':>19} {'GFLOP/s':>8} {'pytorch samples/s':>18} {'ratio (median)':>15} "
-      f"{'ratio range':>12} {'cores used (ours, torch)':>25}")
+      f"{'ratio range':>12} {'most cores used (ours, torch)':>30}")
 ok = True
 for model, pairs in rows.items():
     ratios = [o["samples_per_s"] / t["samples_per_s"] for o, t in pairs]
@@ -63,13 +63,14 @@ for model, pairs in rows.items():
     gflops = statistics.median(o["gflops"] for o, _ in pairs)
     theirs = statistics.median(t["samples_per_s"] for _, t in pairs)
     ratio = statistics.median(ratios)
-    # CPU seconds per wall second: a side that used more than one core is not a one-thread figure.
-    cores_ours = statistics.median(o["samples_per_s"] / o["samples_per_cpu_s"] for o, _ in pairs)
-    cores_theirs = statistics.median(t["samples_per_s"] / t["samples_per_cpu_s"] for _, t in pairs)
+    # CPU seconds per wall second, the most of any pair: a side that used more than one core in any pair
+    # is not a one-thread figure.
+    cores_ours = max(o["samples_per_s"] / o["samples_per_cpu_s"] for o, _ in pairs)
+    cores_theirs = max(t["samples_per_s"] / t["samples_per_cpu_s"] for _, t in pairs)
     one_thread = cores_ours <= 1.1 and cores_theirs <= 1.1
     ok = ok and ratio >= 1.0 and one_thread
     print(f"{model:8} {ours:19.0f} {gflops:8.1f} {theirs:18.0f} {ratio:14.2f}x {min(ratios):5.2f}-{max(ratios):.2f}x "
-          f"{cores_ours:12.2f}, {cores_theirs:.2f}" + ("" if one_thread else "  (not one thread: no result)"))
+          f"{cores_ours:17.2f}, {cores_theirs:.2f}" + ("" if one_thread else "  (not one thread: no result)"))
 print("target: >= 1.0x PyTorch for every model, each side on one core:", "met" if ok else "MISSED")
 sys.exit(0 if ok else 1)
 PY
