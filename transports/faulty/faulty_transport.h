@@ -74,6 +74,7 @@ class FaultyTransport final : public Transport {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string name() const override { return "faulty(" + inner_->name() + ")"; }
+  bool sharedMemory() const override { return inner_->sharedMemory(); }  // a message costs what it costs inside
   RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
   RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
   void progress(Deadline until) override { inner_->progress(until); }

@@ -73,6 +73,7 @@ class LinkShaper final : public Transport {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string name() const override { return "shaper(" + inner_->name() + ")"; }
+  // sharedMemory() stays false whatever the inner transport: a shaped message costs an emulated link's time.
   RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
   RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
   void progress(Deadline until) override;
