@@ -3,12 +3,15 @@
 # 1. the training step against PyTorch: for each model (mlp, cnn, resnet) `chaosbed bench train --model M`
 #    and bench/torch_train.py --model M (same shape, batch 64, one thread, SGD with momentum), one after the
 #    other, PAIRS times (ours, peer, ours, peer, ...); a table of the medians and the median per-pair ratio;
-# 2. all-reduce against Open MPI and Gloo at 64 KiB, 1 MiB, 16 MiB on 4 ranks (bench/allreduce_compare.sh);
+# 2. all-reduce against Open MPI and Gloo at 64 KiB, 1 MiB, 16 MiB on 4 ranks (bench/allreduce_compare.sh),
+#    ALLREDUCE_ROUNDS rounds (default 15, at least PAIRS; a round takes about 8 s, and a single one swings by
+#    tens of percent, so the ratios come with a 95% interval of their median);
 # 3. point to point against ucx_perftest (bench/p2p_vs_perftest.sh).
 # It refuses to start unless the 1-minute load is below 0.5 per core (a figure taken under load is not a
 # result), and before each later section waits up to 10 minutes for the load of the previous one to decay
 # below it (bench/quiet.sh).
-# Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed)
+# Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed,
+#        ALLREDUCE_ROUNDS=15)
 # Exit: 0 when every target is met, 1 when one is missed, 2 refused, 4 a tool is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +20,14 @@ seconds=${2:-3}
 chaosbed=${CHAOSBED:-build/chaosbed}
 python=/usr/bin/python3  # Debian's Python: python3-torch on the system OpenBLAS
 models=(mlp cnn resnet)
+allreduce_rounds=${ALLREDUCE_ROUNDS:-15}
 
 [ -x "$chaosbed" ] || { echo "compare: $chaosbed not found: build first (scripts/build.sh)" >&2; exit 4; }
 "$python" -c 'import torch' 2>/dev/null ||
   { echo "compare: $python has no torch: scripts/install-deps.sh --with-bench" >&2; exit 4; }
 [ "$pairs" -ge 3 ] 2>/dev/null || { echo "compare: PAIRS must be at least 3, got '$pairs'" >&2; exit 2; }
+[ "$allreduce_rounds" -ge "$pairs" ] 2>/dev/null ||
+  { echo "compare: ALLREDUCE_ROUNDS must be a number of at least PAIRS ($pairs), got '$allreduce_rounds'" >&2; exit 2; }
 
 source bench/quiet.sh
 require_quiet compare
@@ -76,7 +82,7 @@ sys.exit(0 if ok else 1)
 PY
 
 echo "== all-reduce against Open MPI and Gloo"
-if wait_quiet 600; then bench/allreduce_compare.sh "$chaosbed" 4 "$pairs" || status=1
+if wait_quiet 600; then bench/allreduce_compare.sh "$chaosbed" 4 "$allreduce_rounds" || status=1
 else echo "compare: the load stayed at 0.5 per core or above; all-reduce not measured" >&2; status=2; fi
 echo "== point to point against ucx_perftest"
 if wait_quiet 600; then bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || status=1
