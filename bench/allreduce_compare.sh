@@ -12,11 +12,13 @@
 # median above 1.00 whose interval reaches below it is parity, not a lead. Beside them, the physical
 # limit: every byte a rank sends is copied at least once by some core, so with RANKS ranks on CORES cores
 # busbw <= min(CORES, RANKS) / RANKS x one core's memcpy bandwidth at that size (bench/peers/memcpy_bw.c,
-# measured each round). Refuses to start unless the load is below 0.5 per core.
+# measured each round). Refuses to start unless the load is below 0.5 per core, and after building a peer
+# waits for the load that left to decay below it.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 15)
-# Exit: 0 when the targets are met, 1 when one is missed, 2 when a tool is missing or fails.
+# Exit: 0 when the targets are met, 1 when one is missed, 2 when refused (a loaded machine) or a tool is
+# missing or fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,17 +41,34 @@ if [ ${#missing[@]} -gt 0 ]; then
     { echo "allreduce_compare: could not install ${missing[*]}" >&2; exit 2; }
 fi
 
-out=build-bench
-mkdir -p "$out"
-mpicc -O3 -o "$out/mpi_allreduce" bench/peers/mpi_allreduce.c ||
-  { echo "allreduce_compare: mpicc failed" >&2; exit 2; }
-g++ -O3 -std=c++17 -o "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc -lgloo -lpthread ||
-  { echo "allreduce_compare: building the Gloo peer failed" >&2; exit 2; }
-gcc -O2 -o "$out/memcpy_bw" bench/peers/memcpy_bw.c || { echo "allreduce_compare: building memcpy_bw failed" >&2; exit 2; }
-
-sizes="65536 1048576 16777216"
 source bench/quiet.sh
 require_quiet allreduce_compare
+
+# The peers are built when their source is newer than the binary; a build raises the load, so the
+# measurement waits for that to decay.
+out=build-bench
+mkdir -p "$out"
+built=0
+stale() { [ ! -x "$1" ] || [ "$2" -nt "$1" ]; }
+if stale "$out/mpi_allreduce" bench/peers/mpi_allreduce.c; then
+  mpicc -O3 -o "$out/mpi_allreduce" bench/peers/mpi_allreduce.c || { echo "allreduce_compare: mpicc failed" >&2; exit 2; }
+  built=1
+fi
+if stale "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc; then
+  g++ -O3 -std=c++17 -o "$out/gloo_allreduce" bench/peers/gloo_allreduce.cc -lgloo -lpthread ||
+    { echo "allreduce_compare: building the Gloo peer failed" >&2; exit 2; }
+  built=1
+fi
+if stale "$out/memcpy_bw" bench/peers/memcpy_bw.c; then
+  gcc -O2 -o "$out/memcpy_bw" bench/peers/memcpy_bw.c || { echo "allreduce_compare: building memcpy_bw failed" >&2; exit 2; }
+  built=1
+fi
+if [ "$built" -eq 1 ] && ! wait_quiet 600; then
+  echo "allreduce_compare: load $(quiet_load) on $quiet_cores cores 10 minutes after building the peers; refusing to measure" >&2
+  exit 2
+fi
+
+sizes="65536 1048576 16777216"
 echo "ranks: $ranks  rounds: $rounds  load at start: $(cut -d' ' -f1-3 /proc/loadavg)  UCX_TLS=${UCX_TLS:-<unset: all>}"
 
 store=$(mktemp -d)

@@ -12,7 +12,8 @@
 # below it (bench/quiet.sh).
 # Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed,
 #        ALLREDUCE_ROUNDS=15)
-# Exit: 0 when every target is met, 1 when one is missed, 2 refused, 4 a tool is missing.
+# Exit: 0 when every target is met, 1 when one is missed, 2 when a section was refused (a loaded machine) or
+# failed, 4 when a tool is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-3}
@@ -82,9 +83,11 @@ sys.exit(0 if ok else 1)
 PY
 
 echo "== all-reduce against Open MPI and Gloo"
-if wait_quiet 600; then bench/allreduce_compare.sh "$chaosbed" 4 "$allreduce_rounds" || status=1
-else echo "compare: the load stayed at 0.5 per core or above; all-reduce not measured" >&2; status=2; fi
+# A section's exit status: 1 missed, 2 refused or failed; the run's is the worst of them.
+worst() { [ "$1" -le "$status" ] || status=$1; }
+if wait_quiet 600; then rc=0; bench/allreduce_compare.sh "$chaosbed" 4 "$allreduce_rounds" || rc=$?; worst "$rc"
+else echo "compare: the load stayed at 0.5 per core or above; all-reduce not measured" >&2; worst 2; fi
 echo "== point to point against ucx_perftest"
-if wait_quiet 600; then bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || status=1
-else echo "compare: the load stayed at 0.5 per core or above; p2p not measured" >&2; status=2; fi
+if wait_quiet 600; then rc=0; bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || rc=$?; worst "$rc"
+else echo "compare: the load stayed at 0.5 per core or above; p2p not measured" >&2; worst 2; fi
 exit "$status"
