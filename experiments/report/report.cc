@@ -577,9 +577,24 @@ std::string renderReport(const ReportInput& in) {
     << htmlEscape(in.summary.contains("target_accuracy") ? in.summary["target_accuracy"].dump() : "?") << " · "
     << (in.summary.value("complete", false) ? "complete" : "incomplete (interrupted or failed)") << " · "
     << in.faults.size() << " fault/exit event(s)</p>\n";
-  if (in.summary.contains("emulation") && in.summary["emulation"].is_object())
+  if (in.summary.contains("emulation") && in.summary["emulation"].is_object()) {
     o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["emulation"].value("note", std::string()))
       << "</strong></p>\n";
+    // A strategy that ran far from its emulated ratio measured another regime than the one named.
+    const nlohmann::json strategies = in.summary.value("strategies", nlohmann::json::object());
+    for (const std::string& label : ordered) {
+      if (!strategies.is_object() || !strategies.contains(label) || !strategies[label].is_object()) continue;
+      const nlohmann::json ccr = strategies[label].value("comm_compute_ratio", nlohmann::json());
+      if (!ccr.is_object()) continue;
+      const auto on_target = ccr.find("on_target");
+      if (on_target == ccr.end() || !on_target->is_boolean() || on_target->get<bool>()) continue;
+      auto number = [&](const char* key) { return ccr.contains(key) && ccr[key].is_number() ? ccr[key].get<double>() : NAN; };
+      char text[256];
+      std::snprintf(text, sizeof text, ": comm/compute ratio %.2f against the emulated %.2f (off by %+.0f%%), not the regime named",
+                    number("measured"), number("target"), number("off_by") * 100);
+      o << "<p class=\"meta\"><strong>warning: " << htmlEscape(label) << htmlEscape(text) << "</strong></p>\n";
+    }
+  }
   if (in.summary.contains("simulated") && in.summary["simulated"].is_string())
     o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["simulated"].get<std::string>()) << "</strong></p>\n";
   o << "<h2>Accuracy vs time</h2>\n<p class=\"legend\">";

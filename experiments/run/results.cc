@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -201,6 +202,32 @@ double StrategyResult::commComputeRatio() const {
   return compute > 0 ? workers.seconds[int(TimeCategory::kTransfer)] / compute : 0;
 }
 
+std::optional<double> StrategyResult::commComputeOffBy() const {
+  if (!target_comm_compute_ratio || *target_comm_compute_ratio <= 0 || workers.seconds[int(TimeCategory::kCompute)] <= 0)
+    return std::nullopt;
+  return commComputeRatio() / *target_comm_compute_ratio - 1;
+}
+
+std::string emulationWarnings(const std::vector<StrategyResult>& results) {
+  std::string out;
+  char line[512];
+  for (const StrategyResult& r : results) {
+    const std::optional<double> off = r.commComputeOffBy();
+    if (!off || std::abs(*off) <= kEmulationRatioTolerance) continue;
+    std::snprintf(line, sizeof line,
+                  "warning: %s ran at a comm/compute ratio of %.2f, %.0f%% %s the emulated job's %.2f: this run is not "
+                  "the regime it names (%s)\n",
+                  r.label.c_str(), r.commComputeRatio(), std::abs(*off) * 100, *off < 0 ? "below" : "above",
+                  *r.target_comm_compute_ratio,
+                  *off < 0 ? "the compute that ratio allows is shorter than the worker's own step here, which "
+                             "emulation stretches but cannot shorten; a larger workload.emulate.max_gradient_mb "
+                             "raises the ratio this machine reaches"
+                           : "calibrated on a loaded machine, or the transfer slowed after the first 30 steps");
+    out += line;
+  }
+  return out;
+}
+
 double StrategyResult::goodputSamplesPerSecond() const {
   return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
 }
@@ -250,6 +277,13 @@ nlohmann::json StrategyResult::toJson() const {
   nlohmann::json idle = {{"peer", workers.seconds[int(TimeCategory::kIdlePeer)]},
                          {"server", workers.seconds[int(TimeCategory::kIdleServer)]},
                          {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
+  // Under workload.emulate: how far the run was from the regime it names (emulationWarnings).
+  const std::optional<double> off_by = commComputeOffBy();
+  nlohmann::json comm_compute = {
+      {"measured", commComputeRatio()},
+      {"target", target_comm_compute_ratio ? nlohmann::json(*target_comm_compute_ratio) : nlohmann::json(nullptr)},
+      {"off_by", off_by ? nlohmann::json(*off_by) : nlohmann::json(nullptr)},
+      {"on_target", off_by ? nlohmann::json(std::abs(*off_by) <= kEmulationRatioTolerance) : nlohmann::json(nullptr)}};
   nlohmann::json j = {{"kind", kind},
                       {"recipe", {{"batch_per_worker", recipe.batch_per_worker}, {"learning_rate", recipe.learning_rate},
                                   {"momentum", recipe.momentum}, {"weight_decay", recipe.weight_decay}}},
@@ -267,10 +301,7 @@ nlohmann::json StrategyResult::toJson() const {
                       {"goodput_samples_per_s", goodputSamplesPerSecond()},
                       {"compute_seconds", workers.seconds[int(TimeCategory::kCompute)]},
                       {"transfer_seconds", workers.seconds[int(TimeCategory::kTransfer)]},
-                      {"comm_compute_ratio", {{"measured", commComputeRatio()},
-                                              {"target", target_comm_compute_ratio
-                                                             ? nlohmann::json(*target_comm_compute_ratio)
-                                                             : nlohmann::json(nullptr)}}},
+                      {"comm_compute_ratio", comm_compute},
                       {"checkpoint_seconds", workers.seconds[int(TimeCategory::kCheckpoint)]},
                       {"idle_seconds", idle},
                       {"idle_fraction", idleFraction()},

@@ -46,6 +46,13 @@ std::string comparisonTable(const std::vector<StrategyResult>& results, double t
 nlohmann::json emulationJson(const spec::ExperimentSpec& spec);
 // One line for the terminal and the report ("" without emulation).
 std::string emulationNote(const spec::ExperimentSpec& spec);
+// How far a strategy's measured comm/compute ratio may be from its emulated target (measured / target - 1)
+// and still be the regime the spec names (docs/design.md §2.7).
+inline constexpr double kEmulationRatioTolerance = 0.20;
+// One warning line per strategy whose ratio missed its target by more than the tolerance, saying which way
+// and the likely cause ("" when every one is on target, or without emulation). summary.json has the same
+// verdict per strategy: comm_compute_ratio.{off_by, on_target}.
+std::string emulationWarnings(const std::vector<StrategyResult>& results);
 // What every report of a cluster.simulate run says: nothing was trained.
 inline constexpr const char* kSimulatedNote =
     "simulated nodes (cluster.simulate): the nodes exercised the control plane only and trained nothing; "

@@ -120,6 +120,8 @@ struct StrategyResult {
   double idleFraction() const;
   // The workers' transfer seconds / compute seconds (0 without compute).
   double commComputeRatio() const;
+  // measured / target - 1 under workload.emulate (nullopt without a target or without compute).
+  std::optional<double> commComputeOffBy() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
   nlohmann::json faultEpisodesJson() const;
