@@ -210,9 +210,10 @@ Accounting::~Accounting() {
   if (watch_.joinable()) watch_.join();
 }
 
-void Accounting::start() {
+void Accounting::start(std::optional<TimeCategory> unbooked) {
   MutexLock lock(mu_);
   if (started_) return;
+  unbooked_ = unbooked;
   // The clock starts once the watch exists: creating the thread took up to 6.6 ms here that no role books
   // (1-4% of a short-lived replacement's wall, past the 1% residual). The watch waits for the lock, so it
   // sees the start.
@@ -315,6 +316,10 @@ void Accounting::finish() {
   if (!started_ || finished_) return;
   tickLocked(now);
   finished_ = now;
+  if (unbooked_) {
+    const double rest = std::chrono::duration<double>(now - *started_).count() - bookedLocked();
+    if (rest > 0) stats_.seconds[int(*unbooked_)] += rest;
+  }
 }
 
 double Accounting::seconds(TimeCategory category) const {

@@ -170,11 +170,9 @@ Result<int> rankOf(const NodeLaunch& launch, const NodeConfig& c) {
                                  " servers");
 }
 
-// Runs the node's role. Whatever the role's loops leave unbooked (set-up, the first join, leaving) is
-// booked as its own work: compute for workers, waiting for workers for servers.
+// Runs the node's role.
 Status runRole(const std::string& role, const NodeConfig& c, NodeContext& ctx) {
   if (role == "evaluator") return runEvaluator(ctx);
-  Accounting::Frame whole(ctx.accounting, role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
   if (c.strategy.kind == StrategyKind::kMirrored)
     return role == "worker" ? runMirroredWorker(ctx) : Status::invalidArgument("mirrored has no parameter servers");
   return role == "worker" ? runPsWorker(ctx) : runPsServer(ctx);
@@ -193,10 +191,9 @@ Status runSimulatedNode(const std::string& role, const NodeConfig& c, ControlCha
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
   control.startLinkWatcher(
       [](const LinkCommand&) { return Status::unavailable("a simulated node has no transport to shape"); });
-  accounting.start();
+  accounting.start(TimeCategory::kIdlePeer);
   Status result;
   {
-    Accounting::Frame whole(accounting, TimeCategory::kIdlePeer);
     const auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(std::max(0.05, c.training.eval_interval_s)));
     Deadline next_report = SteadyClock::now();
@@ -344,8 +341,11 @@ int runNodeProcess(const NodeLaunch& launch) {
                   .data = data ? &*data : nullptr};
 
   // The wall clock starts with the role, not with the threads above (their start-up would count against a
-  // short-lived replacement's residual). The evaluator trains nothing: no wall to account for.
-  if (launch.role != "evaluator") accounting.start();
+  // short-lived replacement's residual). Whatever the role's loops leave unbooked (set-up, the first join,
+  // leaving) is its own work: compute for workers, waiting for workers for servers. The evaluator trains
+  // nothing: no wall to account for.
+  if (launch.role != "evaluator")
+    accounting.start(launch.role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
   Status result = runRole(launch.role, c, ctx);
   accounting.finish();
   control.stopBackground();  // sends the final report

@@ -56,6 +56,35 @@ TEST(Accounting, FinishFreezesTheWallAndMarksTheReportFinal) {
   EXPECT_EQ(a.snapshot().wall_seconds, first.wall_seconds);
 }
 
+// With a category for what nothing booked, finish() books the rest of the wall there, from the same two
+// instants that define the wall: nothing falls between a frame and the wall's ends. Time booked twice still
+// shows as a residual, and without the category unbooked time does too.
+TEST(Accounting, FinishBooksTheUnbookedRestOfTheWallToTheRolesCategory) {
+  Accounting a;
+  a.start(TimeCategory::kCompute);
+  a.add(TimeCategory::kTransfer, 0.0);
+  std::this_thread::sleep_for(20ms);  // unbooked time passing is the input here
+  a.finish();
+  const NodeStats s = a.snapshot();
+  EXPECT_GE(s.wall_seconds, 0.02);
+  EXPECT_NEAR(s.seconds[int(TimeCategory::kCompute)], s.wall_seconds, 1e-9);
+  EXPECT_LT(s.residualFraction(), 1e-9);
+
+  Accounting twice;
+  twice.start(TimeCategory::kCompute);
+  twice.add(TimeCategory::kTransfer, 5.0);  // an interval longer than the wall: booked twice
+  twice.finish();
+  const NodeStats t = twice.snapshot();
+  EXPECT_EQ(t.seconds[int(TimeCategory::kCompute)], 0.0);
+  EXPECT_GT(t.residualFraction(), 1.0);
+
+  Accounting plain;
+  plain.start();
+  std::this_thread::sleep_for(20ms);
+  plain.finish();
+  EXPECT_NEAR(plain.snapshot().residualFraction(), 1.0, 1e-9);
+}
+
 // The watch thread of a real process that is stopped and continued: the stop shows as paused, and the
 // interval around it keeps only its running time. The child reports through its exit code.
 TEST(Accounting, AStoppedProcessBooksItsStopAsPaused) {
