@@ -208,18 +208,23 @@ std::optional<double> StrategyResult::commComputeOffBy() const {
   return commComputeRatio() / *target_comm_compute_ratio - 1;
 }
 
+std::optional<bool> StrategyResult::commComputeOnTarget() const {
+  const std::optional<double> off = commComputeOffBy();
+  return off ? std::optional<bool>(std::abs(*off) <= kEmulationRatioTolerance) : std::nullopt;
+}
+
 std::string emulationWarnings(const std::vector<StrategyResult>& results) {
   std::string out;
   char line[512];
   for (const StrategyResult& r : results) {
-    const std::optional<double> off = r.commComputeOffBy();
-    if (!off || std::abs(*off) <= kEmulationRatioTolerance) continue;
+    if (r.commComputeOnTarget().value_or(true)) continue;
+    const double off = *r.commComputeOffBy();
     std::snprintf(line, sizeof line,
                   "warning: %s ran at a comm/compute ratio of %.2f, %.0f%% %s the emulated job's %.2f: this run is not "
                   "the regime it names (%s)\n",
-                  r.label.c_str(), r.commComputeRatio(), std::abs(*off) * 100, *off < 0 ? "below" : "above",
+                  r.label.c_str(), r.commComputeRatio(), std::abs(off) * 100, off < 0 ? "below" : "above",
                   *r.target_comm_compute_ratio,
-                  *off < 0 ? "the compute that ratio allows is shorter than the worker's own step here, which "
+                  off < 0 ? "the compute that ratio allows is shorter than the worker's own step here, which "
                              "emulation stretches but cannot shorten; a larger workload.emulate.max_gradient_mb "
                              "raises the ratio this machine reaches"
                            : "calibrated on a loaded machine, or the transfer slowed after the first 30 steps");
@@ -279,11 +284,12 @@ nlohmann::json StrategyResult::toJson() const {
                          {"recovery", workers.seconds[int(TimeCategory::kIdleRecovery)]}};
   // Under workload.emulate: how far the run was from the regime it names (emulationWarnings).
   const std::optional<double> off_by = commComputeOffBy();
+  const std::optional<bool> on_target = commComputeOnTarget();
   nlohmann::json comm_compute = {
       {"measured", commComputeRatio()},
       {"target", target_comm_compute_ratio ? nlohmann::json(*target_comm_compute_ratio) : nlohmann::json(nullptr)},
       {"off_by", off_by ? nlohmann::json(*off_by) : nlohmann::json(nullptr)},
-      {"on_target", off_by ? nlohmann::json(std::abs(*off_by) <= kEmulationRatioTolerance) : nlohmann::json(nullptr)}};
+      {"on_target", on_target ? nlohmann::json(*on_target) : nlohmann::json(nullptr)}};
   nlohmann::json j = {{"kind", kind},
                       {"recipe", {{"batch_per_worker", recipe.batch_per_worker}, {"learning_rate", recipe.learning_rate},
                                   {"momentum", recipe.momentum}, {"weight_decay", recipe.weight_decay}}},

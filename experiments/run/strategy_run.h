@@ -122,6 +122,9 @@ struct StrategyResult {
   double commComputeRatio() const;
   // measured / target - 1 under workload.emulate (nullopt without a target or without compute).
   std::optional<double> commComputeOffBy() const;
+  // Whether that is within kEmulationRatioTolerance (results.h): the one verdict the summary, the terminal
+  // and the report show. nullopt where commComputeOffBy() is.
+  std::optional<bool> commComputeOnTarget() const;
   nlohmann::json toJson() const;  // the summary.json entry (issue contract: tta_seconds, final_accuracy, ...)
   nlohmann::json recoveryEpisodes() const;  // [{seconds, cause}] in the order they ended
   nlohmann::json faultEpisodesJson() const;
