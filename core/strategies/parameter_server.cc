@@ -495,7 +495,11 @@ Status PsServer::run() {
   while (!ctx_.control.stopRequested()) {
     // Waiting in progress() for the workers' requests is peer idle; handling them books itself.
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kIdlePeer);
-    ctx_.transport.progress(deadlineIn(20ms));
+    // A receive posted while other workers' requests wait in UCX's unexpected queue completes inside irecv(),
+    // before progress() starts counting completions: progress() would sleep through it (every request after
+    // the first waited out its epoll slice, and two workers made 1% of one worker's pushes). Wait only when
+    // nothing is ready.
+    if (!request_->isComplete()) ctx_.transport.progress(deadlineIn(20ms));
     if (request_->isComplete()) {
       if (request_->status().isOk()) onRequest(request_->source(), std::span(request_buf_.data(), request_->receivedBytes()));
       request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
