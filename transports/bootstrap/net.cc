@@ -102,7 +102,10 @@ Result<FileDescriptor> listenTcp(const HostPort& where, HostPort* bound) {
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
     return Status::unavailable("listen on " + where.toString() + ": " + errnoText("bind"));
-  if (::listen(fd.get(), 128) != 0) return Status::ioError("listen on " + where.toString() + ": " + errnoText("listen"));
+  // The longest accept queue the kernel allows (net.core.somaxconn caps it): hundreds of nodes connect at
+  // the same instant (the start of training). With 128, the queue overflowed; the kernel then completes a
+  // client's handshake by SYN cookie and drops it, and the client waits for a greeting that never comes.
+  if (::listen(fd.get(), SOMAXCONN) != 0) return Status::ioError("listen on " + where.toString() + ": " + errnoText("listen"));
   if (bound != nullptr) {
     sockaddr_in actual{};
     socklen_t len = sizeof(actual);

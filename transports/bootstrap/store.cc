@@ -45,6 +45,9 @@ constexpr char kServerLabel[] = "chaosbed store server";
 
 // Server bounds (store.h).
 constexpr auto kAuthTimeout = 2s;
+// A client that hears no greeting within this connects again: the server greets at accept, and it closes
+// a connection that does not authenticate within kAuthTimeout anyway.
+constexpr auto kGreetingWait = 3s;
 constexpr auto kFrameTimeout = 10s;
 constexpr size_t kMaxUnreadAnswers = 64u << 10;
 constexpr size_t kReadAhead = 64u << 10;
@@ -495,12 +498,19 @@ class TcpStoreServer final : public StoreServer {
 // `reached`, when given, is set once the TCP connection stands: a failure after it is the handshake's.
 Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secret& secret, Deadline deadline,
                                          bool retry, bool* reached = nullptr) {
-  CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor fd, net::connectTcp(server, deadline, retry));
-  if (reached) *reached = true;
   const std::string where = "store at " + server.toString() + ": authentication";
+  FileDescriptor fd;
   std::string greeting(kGreetingBytes, '\0');
-  if (Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(greeting)), deadline); !s.isOk())
-    return s.withContext(where);
+  for (;;) {
+    CHAOSBED_ASSIGN_OR_RETURN(fd, net::connectTcp(server, deadline, retry));
+    if (reached) *reached = true;
+    // The server greets at accept. A connection that hears nothing was completed by the kernel (a SYN
+    // cookie) while the listener's accept queue was full, and dropped: it never will. Connect again.
+    const Deadline greeting_by = std::min(deadline, deadlineIn(kGreetingWait));
+    Status s = net::readAll(fd.get(), std::as_writable_bytes(std::span(greeting)), greeting_by);
+    if (s.isOk()) break;
+    if (s.code() != StatusCode::kTimeout || SteadyClock::now() >= deadline) return s.withContext(where);
+  }
   if (greeting.compare(0, kMagicBytes, kMagic, kMagicBytes) != 0)
     return Status::unavailable(where + ": not a chaosbed store (bad greeting)");
   const std::string client_nonce = Secret::nonce(kNonceBytes);

@@ -240,11 +240,12 @@ TEST_F(StoreFixture, AppendNumbersEntriesAndReadListReturnsWhatExists) {
 
 // A TCP relay in front of the store that cuts the handshakes of the connections numbered `cut` to
 // `last_cut` (from 1) right after the server's greeting, as the server does to a client that does not
-// answer within its 2 s.
+// answer within its 2 s. `silent`: it holds those connections open and says nothing on them instead, as
+// the kernel does with a connection it completed while the listener's accept queue was full.
 class HandshakeCutter {
  public:
-  HandshakeCutter(const std::string& upstream, int cut, int last_cut)
-      : upstream_(*net::parseHostPort(upstream)), cut_(cut), last_cut_(last_cut) {
+  HandshakeCutter(const std::string& upstream, int cut, int last_cut, bool silent = false)
+      : upstream_(*net::parseHostPort(upstream)), cut_(cut), last_cut_(last_cut), silent_(silent) {
     net::HostPort bound;
     listener_ = std::move(net::listenTcp(*net::parseHostPort("127.0.0.1:0"), &bound).value());
     address_ = bound.toString();
@@ -272,6 +273,10 @@ class HandshakeCutter {
       auto server = net::connectTcp(upstream_, deadlineIn(seconds(5)), false);
       if (!server.isOk()) return;
       relays_.emplace_back([this, number, c = std::move(*client), s = std::move(*server)]() mutable {
+        if (number >= cut_ && number <= last_cut_ && silent_) {
+          while (!stop_) std::this_thread::sleep_for(milliseconds(10));
+          return;
+        }
         if (number >= cut_ && number <= last_cut_) {
           std::string greeting(36, '\0');
           if (net::readAll(s.get(), std::as_writable_bytes(std::span(greeting)), deadlineIn(seconds(5))).isOk())
@@ -299,6 +304,7 @@ class HandshakeCutter {
 
   net::HostPort upstream_;
   const int cut_, last_cut_;
+  const bool silent_;
   net::FileDescriptor listener_;
   std::string address_;
   std::atomic<bool> stop_{false};
@@ -327,6 +333,17 @@ TEST_F(StoreFixture, AHandshakeTheServerCutIsTriedAgainWithinTheCall) {
   waiter.join();
   ASSERT_TRUE(got.isOk()) << got.status().toString();
   EXPECT_EQ(*got, "42");
+}
+
+TEST_F(StoreFixture, AConnectionThatIsNeverGreetedIsOpenedAgain) {
+  // Connection 1, the client's first, is taken and never answered (the kernel completed it while the
+  // listener's accept queue was full, then dropped it): the client connects again within the deadline
+  // instead of waiting for a greeting until it passes (hundreds of nodes starting at once hit this).
+  HandshakeCutter cutter(server_->address(), 1, 1, /*silent=*/true);
+  auto client = connectStore(cutter.address(), secret_, deadlineIn(seconds(30)));
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  EXPECT_EQ(cutter.accepted(), 2);
+  EXPECT_TRUE((*client)->set("x", "1").isOk());
 }
 
 TEST_F(StoreFixture, AServerThatCutsEveryHandshakeFailsTheCallAtItsDeadlineNotForGood) {
