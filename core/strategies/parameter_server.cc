@@ -84,22 +84,6 @@ constexpr auto kGiveUpUnreached = 5s;
 constexpr Tag kPsRequestTag = strategyTag(StrategyMessage::kPsRequest, 0, 0);
 Tag psReplyTag(int64_t seq) { return strategyTag(StrategyMessage::kPsReply, 0, seq); }
 
-struct ShardRange {
-  size_t offset = 0;
-  size_t count = 0;
-};
-
-// Contiguous, balanced slices of the flat parameter buffer.
-std::vector<ShardRange> shardRanges(size_t params, int shards) {
-  std::vector<ShardRange> r(static_cast<size_t>(shards));
-  size_t offset = 0;
-  for (int s = 0; s < shards; ++s) {
-    size_t count = params / size_t(shards) + (size_t(s) < params % size_t(shards) ? 1 : 0);
-    r[size_t(s)] = {offset, count};
-    offset += count;
-  }
-  return r;
-}
 
 int64_t monoNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count(); }
 double seconds(int64_t ns) { return double(ns) * 1e-9; }
@@ -685,6 +669,17 @@ Status PsWorker::run() {
 }
 
 }  // namespace
+
+std::vector<ShardRange> shardRanges(size_t params, int shards) {
+  std::vector<ShardRange> r(static_cast<size_t>(shards));
+  size_t offset = 0;
+  for (int s = 0; s < shards; ++s) {
+    size_t count = params / size_t(shards) + (size_t(s) < params % size_t(shards) ? 1 : 0);
+    r[size_t(s)] = {offset, count};
+    offset += count;
+  }
+  return r;
+}
 
 Status runPsServer(NodeContext& ctx) {
   const int shard = ctx.rank - ctx.workers;

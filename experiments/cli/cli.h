@@ -63,5 +63,7 @@ int runBenchTrain(int argc, char** argv);
 int runBenchP2p(int argc, char** argv);
 // `chaosbed bench allreduce` (bench_allreduce.cc): ring all-reduce bus bandwidth, N ranks as processes.
 int runBenchAllreduce(int argc, char** argv);
+// `chaosbed bench ps` (bench_ps.cc): the parameter server's pushes/s with N workers and S shards, as processes.
+int runBenchPs(int argc, char** argv);
 
 }  // namespace chaosbed::cli

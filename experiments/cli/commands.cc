@@ -54,7 +54,7 @@ const Command kCommands[] = {
      "model,dataset,data_dir,layers,batch,lr,momentum,weight_decay,target,time_limit_s,eval_interval_s,max_steps,"
      "seed,json",
      runTrain},
-    {"bench", "train|p2p|allreduce", "micro-benchmarks", "", runGroup},
+    {"bench", "train|p2p|allreduce|ps", "micro-benchmarks", "", runGroup},
     {"bench train", "[--model mlp|cnn|resnet] [--layers L] [--batch B] [--json]",
      "training step on one thread: samples/s and GFLOP/s",
      "model,layers,batch,bench_train_s,json", runBenchTrain},
@@ -62,6 +62,9 @@ const Command kCommands[] = {
      "bench_p2p_max_bytes,bench_shm,json", runBenchP2p},
     {"bench allreduce", "[--ranks N] [--json]", "ring all-reduce over UCX, N ranks as processes: time, algbw, busbw",
      "ranks,bench_allreduce_max_bytes,bench_allreduce_chunk_bytes,bench_allreduce_algorithm,bench_shm,json", runBenchAllreduce},
+    {"bench ps", "[--workers 1,2,4,8] [--shards S] [--model M] [--json]",
+     "the parameter server over UCX, N workers and S shards as processes: pushes/s beside the limit",
+     "workers,shards,model,layers,batch,bench_ps_s,json", runBenchPs},
     {"completion", "bash", "print the bash completion script (source it, or put it in bash-completion's directory)",
      "", runCompletion},
     {"man", "", "print the manual page (roff): chaosbed man > chaosbed.1", "", runMan},
