@@ -21,7 +21,10 @@ transport and cma channel, its default on one host) instead. Rendezvous is throu
 
 Clock: the workers leave a barrier together, push for --warmup_s, then count their pushes over --seconds.
 Correctness check (exit 1 when it fails): every server's version (updates applied) equals the pushes of
-all workers, and worker 0's loss over the pool, after its last push, is below the loss it had at the start.
+all workers, and every worker's parameters after its last reply are finite and differ from the initial
+ones in every shard's range (so each reply reached the model). The pool loss of worker 0 before and after
+is printed, not checked: with random labels it sits near ln(classes) until the net starts memorizing the
+pool, and one run of 2 workers x 2 servers under load ended 0.01 above its start after ~900 pushes.
 
 Run with Debian's Python (/usr/bin/python3, package python3-torch). Prints one line of text, or with --json
 one JSON object. Exit status: 0 on success, 1 when a process failed, hung or the check failed, 2 on bad
@@ -115,6 +118,7 @@ def run_worker(index: int, args, model, ranges, start_barrier) -> dict:
     pool = [(torch.rand(args.batch, sizes[0], generator=gen), torch.randint(0, sizes[-1], (args.batch,), generator=gen))
             for _ in range(POOL)]
     loss_fn = torch.nn.CrossEntropyLoss()
+    initial = flat.clone()
     loss_before = pool_loss(model, pool)
 
     start_barrier.wait(timeout=60)
@@ -136,9 +140,10 @@ def run_worker(index: int, args, model, ranges, start_barrier) -> dict:
             break
         if now >= window_start:
             counted += 1
-    # Loss over this worker's pool on the parameters of its last reply (used by the check for worker 0).
-    return {"worker": index, "counted": counted, "pushes": pushes, "loss_before": loss_before,
-            "loss_after": pool_loss(model, pool)}
+    # Loss over the pool on the parameters of its last reply (printed for worker 0, not checked: see the top).
+    return {"worker": index, "counted": counted, "pushes": pushes, "finite": bool(torch.isfinite(flat).all()),
+            "unmoved_shards": [s for s, (lo, hi) in enumerate(ranges) if torch.equal(flat[lo:hi], initial[lo:hi])],
+            "loss_before": loss_before, "loss_after": pool_loss(model, pool)}
 
 
 def process_main(rank: int, args, init_file: str, start_barrier, out) -> None:
@@ -222,10 +227,11 @@ def main() -> int:
         print(f"torch_ps: check failed: servers applied {versions} updates, workers pushed {total}", file=sys.stderr)
         return 1
     w0 = workers[0]
-    if not w0["loss_after"] < w0["loss_before"]:
-        print(f"torch_ps: check failed: worker 0's pool loss went from {w0['loss_before']:.4f} to "
-              f"{w0['loss_after']:.4f}: the parameters did not learn", file=sys.stderr)
-        return 1
+    for r in workers:
+        if not r["finite"] or r["unmoved_shards"]:
+            print(f"torch_ps: check failed: worker {r['worker']}: parameters finite: {r['finite']}, shards whose "
+                  f"parameters never changed: {r['unmoved_shards']}", file=sys.stderr)
+            return 1
 
     per_worker = [r["counted"] / args.seconds for r in workers]
     total_rate = sum(per_worker)
