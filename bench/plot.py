@@ -28,7 +28,8 @@ import sys
 CATEGORIES = [("compute_s", "compute", "#4c78a8"), ("transfer_s", "transfer", "#72b7b2"),
               ("checkpoint_s", "checkpoint", "#54a24b"), ("idle_peer_s", "idle: peer", "#e45756"),
               ("idle_server_s", "idle: server", "#f58518"), ("idle_recovery_s", "idle: recovery", "#b279a2"),
-              ("paused_s", "paused", "#9d755d")]
+              ("paused_s", "paused", "#9d755d"), ("throttled_s", "throttled", "#bab0ac"),
+              ("unattributed_s", "unattributed", "#000000")]
 STRATEGY_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#e377c2"]
 FAULT_COLORS = {"pause": "#9e9e9e", "slow": "#ffb300", "link": "#8d6e63", "transport_error": "#ff7043"}
 ENDING_FAULTS = ("kill", "preempt", "vanish")
@@ -174,7 +175,11 @@ def plot_run(plt, results, out_dir, formats):
 
     nodes_path = os.path.join(results, "node_timeseries.csv")
     if os.path.exists(nodes_path):
-        rows, _ = read_csv(nodes_path, ["time_s", "strategy", "node", "wall_s"] + [c for c, _, _ in CATEGORIES])
+        # Results from before throttled and unattributed existed lack those columns: they read as 0.
+        rows, _ = read_csv(nodes_path, ["time_s", "strategy", "node", "wall_s"] + [c for c, _, _ in CATEGORIES[:7]])
+        for r in rows:
+            for c, _, _ in CATEGORIES[7:]:
+                r.setdefault(c, "0")
         labels = [l for l in order if any(r["strategy"] == l for r in rows)]
         if labels:
             fig, axes = plt.subplots(len(labels), 1, figsize=(7, 2.4 * len(labels)), squeeze=False, sharex=True)

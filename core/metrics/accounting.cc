@@ -19,6 +19,8 @@ const char* timeCategoryName(TimeCategory c) {
     case TimeCategory::kIdleServer: return "server";
     case TimeCategory::kIdleRecovery: return "recovery";
     case TimeCategory::kPaused: return "paused";
+    case TimeCategory::kThrottled: return "throttled";
+    case TimeCategory::kUnattributed: return "unattributed";
   }
   return "unknown";
 }
@@ -118,7 +120,8 @@ double NodeStats::bookedSeconds() const {
 }
 
 double NodeStats::residualFraction() const {
-  return wall_seconds > 0 ? std::abs(wall_seconds - bookedSeconds()) / wall_seconds : 0;
+  if (wall_seconds <= 0) return 0;
+  return (std::abs(wall_seconds - bookedSeconds()) + seconds[int(TimeCategory::kUnattributed)]) / wall_seconds;
 }
 
 nlohmann::json NodeStats::toJson() const {
@@ -210,43 +213,77 @@ Accounting::~Accounting() {
   if (watch_.joinable()) watch_.join();
 }
 
-void Accounting::start(std::optional<TimeCategory> unbooked) {
+void Accounting::start() {
   MutexLock lock(mu_);
   if (started_) return;
-  unbooked_ = unbooked;
   // The clock starts once the watch exists: creating the thread took up to 6.6 ms here that no role books
   // (1-4% of a short-lived replacement's wall, past the 1% residual). The watch waits for the lock, so it
   // sees the start.
   watch_ = std::thread([this] {
     MutexLock lock(mu_);
+    cpu_ = CpuWait::forThisThread();  // its run queue delay tells a starved watch from a frozen one
+    cpu_last_ = cpu_.read();
+    cpu_read_at_ = std::max(cpu_read_at_, Clock::now());
     while (!stopping_) {
       wake_.wait_for(lock, kTick);
-      tickLocked(Clock::now());
+      tickLocked(Clock::now(), /*watch=*/true);
     }
   });
-  started_ = last_tick_ = Clock::now();
+  started_ = last_tick_ = cpu_read_at_ = Clock::now();
 }
 
-void Accounting::tickLocked(Clock::time_point now) {
+void Accounting::tickLocked(Clock::time_point now, bool watch) {
   if (!last_tick_) return;
-  if (now - *last_tick_ > kGap) recordPauseLocked(*last_tick_ + kTick, now);
-  last_tick_ = std::max(*last_tick_, now);
-}
-
-void Accounting::recordPauseLocked(Clock::time_point from, Clock::time_point to) {
-  if (to <= from) return;
-  stats_.seconds[int(TimeCategory::kPaused)] += std::chrono::duration<double>(to - from).count();
-  pauses_.emplace_back(from, to);
-  while (pauses_.size() > 64) pauses_.pop_front();  // an interval booked later than 64 pauses is rare
-}
-
-double Accounting::pausedWithinLocked(Clock::time_point from, Clock::time_point to) const {
-  double paused = 0;
-  for (const auto& [a, b] : pauses_) {
-    const auto lo = std::max(a, from), hi = std::min(b, to);
-    if (hi > lo) paused += std::chrono::duration<double>(hi - lo).count();
+  const Clock::time_point last = *last_tick_;
+  const bool gap = now - last > kGap;
+  if (!gap && !watch && !cpu_last_.quota) return;  // nothing to learn between the watch's ticks
+  // What the kernel counted since the last reading (none when another thread read after `now`).
+  double throttled = 0, waited = 0;
+  if (now > cpu_read_at_) {
+    const CpuWait::Reading r = cpu_.read();
+    // The window ends when the kernel was read, not at `now`: the quota may have held this thread between
+    // the two (waiting for the lock, say), and that throttling is in the reading too.
+    const Clock::time_point read_at = std::max(now, Clock::now());
+    const double dt = std::chrono::duration<double>(read_at - cpu_read_at_).count();
+    throttled = std::clamp(r.throttled_s - cpu_last_.throttled_s, 0.0, dt);
+    waited = std::max(r.run_delay_s - cpu_last_.run_delay_s, throttled);  // runnable, not run
+    if (throttled > 0) recordInterruptionLocked(TimeCategory::kThrottled, cpu_read_at_, read_at, throttled);
+    cpu_last_ = r;
+    cpu_read_at_ = read_at;
   }
-  return paused;
+  if (gap) {
+    // The watch missed its ticks. What the kernel does not count as waiting for a CPU, it was frozen.
+    const double frozen = std::chrono::duration<double>(now - last - kTick).count() - waited;
+    if (frozen > 0) {
+      const auto end = last + kTick + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(frozen));
+      recordInterruptionLocked(TimeCategory::kPaused, last + kTick, end, frozen);
+    }
+  }
+  last_tick_ = std::max(last, now);
+}
+
+void Accounting::recordInterruptionLocked(TimeCategory category, Clock::time_point from, Clock::time_point to,
+                                          double seconds) {
+  if (to <= from || seconds <= 0) return;
+  stats_.seconds[int(category)] += seconds;
+  interruptions_.push_back({from, to, seconds, category});
+  // An interval booked later than the last 4096 readings (80 s of the watch's ticks) is rare.
+  while (interruptions_.size() > 4096) interruptions_.pop_front();
+}
+
+double Accounting::interruptedWithinLocked(Clock::time_point from, Clock::time_point to) const {
+  double interrupted = 0;
+  for (auto it = interruptions_.rbegin(); it != interruptions_.rend(); ++it) {
+    if (it->to <= from) {
+      // Everything recorded before a throttling window ended before that window began.
+      if (it->category == TimeCategory::kThrottled) break;
+      continue;
+    }
+    const auto lo = std::max(it->from, from), hi = std::min(it->to, to);
+    if (hi > lo) interrupted += it->seconds * std::chrono::duration<double>(hi - lo).count() /
+                                std::chrono::duration<double>(it->to - it->from).count();
+  }
+  return interrupted;
 }
 
 Accounting::Frame::Frame(Accounting& a, TimeCategory c) : a_(a), c_(c), start_(Clock::now()) {
@@ -265,7 +302,7 @@ Accounting::Frame::~Frame() {
 
 void Accounting::notePause(Clock::time_point from, Clock::time_point to) {
   MutexLock lock(mu_);
-  recordPauseLocked(from, to);
+  recordInterruptionLocked(TimeCategory::kPaused, from, to, std::chrono::duration<double>(to - from).count());
 }
 
 void Accounting::add(TimeCategory category, double seconds) {
@@ -274,7 +311,7 @@ void Accounting::add(TimeCategory category, double seconds) {
   tickLocked(now);  // a freeze that just ended is claimed here if the watch has not run yet
   seconds = std::max(0.0, seconds);
   const auto from = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  stats_.seconds[int(category)] += std::max(0.0, seconds - pausedWithinLocked(from, now));
+  stats_.seconds[int(category)] += std::max(0.0, seconds - interruptedWithinLocked(from, now));
 }
 
 void Accounting::step(int64_t samples, double step_seconds) {
@@ -316,10 +353,8 @@ void Accounting::finish() {
   if (!started_ || finished_) return;
   tickLocked(now);
   finished_ = now;
-  if (unbooked_) {
-    const double rest = std::chrono::duration<double>(now - *started_).count() - bookedLocked();
-    if (rest > 0) stats_.seconds[int(*unbooked_)] += rest;
-  }
+  const double rest = std::chrono::duration<double>(now - *started_).count() - bookedLocked();
+  if (rest > 0) stats_.seconds[int(TimeCategory::kUnattributed)] += rest;
 }
 
 double Accounting::seconds(TimeCategory category) const {

@@ -6,11 +6,16 @@
 // - idle, by reason: peer (slower, paused or dead peers at a collective or a staleness bound), server
 //   (waiting for a parameter server), recovery (failure detection, rendezvous, checkpoint restore);
 // - paused: the node itself was frozen (SIGSTOP, the cgroup freezer). A frozen process cannot book
-//   anything, so a watch thread notices the gap in its own ticks when the process runs again; the gap is
-//   booked as paused and taken out of whatever interval it fell into (a collective, a compute Timer), so no
-//   time is counted twice;
+//   anything, so a watch thread notices the gap in its own ticks when the process runs again; the part of
+//   the gap that the kernel does not count as waiting for a CPU (CpuWait: run queue delay, quota
+//   throttling) is booked as paused and taken out of whatever interval it fell into (a collective, a
+//   compute Timer), so no time is counted twice. A node starved of CPU is not paused;
+// - throttled: the node's own CPU quota held it back (its cgroup's cpu.stat throttled time), booked at every
+//   tick of the watch and taken out of the interval it fell into, like paused;
+// - unattributed: what no frame, timer or add() booked, found at finish() (wall - every category). Nothing
+//   else absorbs the unknown: unattributed <= 1% of wall is the invariant the tests hold;
 // - wall: from start() to the snapshot, so that wall - the sum of the categories (the residual) shows time
-//   that nothing booked, or booked twice.
+//   that nothing booked yet, or booked twice.
 // - steps and samples processed, samples lost to rollbacks (goodput counts only samples that survive);
 // - staleness of asynchronous pushes, step durations, recovery times.
 // Counters are cumulative and never decrease, so the last report of a killed node still counts.
@@ -30,14 +35,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/metrics/cpu_wait.h"
 #include "transports/status.h"
 #include "transports/thread_annotations.h"
 
 namespace chaosbed {
 
-enum class TimeCategory : uint8_t { kCompute, kTransfer, kCheckpoint, kIdlePeer, kIdleServer, kIdleRecovery, kPaused };
-inline constexpr int kTimeCategories = 7;
-// "compute", "transfer", "checkpoint", "peer", "server", "recovery", "paused"
+enum class TimeCategory : uint8_t {
+  kCompute, kTransfer, kCheckpoint, kIdlePeer, kIdleServer, kIdleRecovery, kPaused, kThrottled, kUnattributed
+};
+inline constexpr int kTimeCategories = 9;
+// "compute", "transfer", "checkpoint", "peer", "server", "recovery", "paused", "throttled", "unattributed"
 const char* timeCategoryName(TimeCategory c);
 
 // Cumulative histogram with fixed upper bounds (Prometheus style: counts[i] = observations <= bounds[i],
@@ -81,9 +89,10 @@ struct NodeStats {
   Histogram recovery_seconds = recoverySecondsHistogram();
 
   double idleSeconds() const;
-  double busySeconds() const;  // compute + transfer + checkpoint + idle: every instant it was not paused
-  double bookedSeconds() const;  // every category, paused included
-  // |wall - booked| / wall: 0 when every instant was booked exactly once; 0 without a wall time.
+  double busySeconds() const;  // compute + transfer + checkpoint + idle: every instant it ran unhindered
+  double bookedSeconds() const;  // every category, paused, throttled and unattributed included
+  // (|wall - booked| + unattributed) / wall: the share of the wall that no frame booked or that was booked
+  // twice; 0 when every instant was booked exactly once to a real category; 0 without a wall time.
   double residualFraction() const;
   nlohmann::json toJson() const;
   // Checked decode of a report a node wrote to the store; never throws. Absent fields read as 0 (and the
@@ -122,16 +131,13 @@ class Accounting {
   Accounting(const Accounting&) = delete;
   Accounting& operator=(const Accounting&) = delete;
 
-  // Starts the wall clock and the pause watch (a thread that ticks every kTick; a gap longer than kGap
-  // between ticks, or before a booking, is time the process was frozen). With `unbooked`, finish() books
-  // to it whatever part of the wall nothing else booked (a role's set-up, first join, leaving), measured
-  // from the wall's own two instants: a Frame around the role would leave the moments between start() and
-  // the Frame, and between the Frame and finish(), unbooked, and a process descheduled there (the watch
-  // thread's first wake-up preempts it) showed a residual of 1-67% on a short-lived replacement. The
-  // residual then shows only time booked twice.
-  void start(std::optional<TimeCategory> unbooked = std::nullopt);
-  // The role has returned: freezes the wall clock, and later snapshots are final reports (the residual is
-  // judged on those: a report a killed process sent last may miss an interval still in progress).
+  // Starts the wall clock and the watch (a thread that ticks every kTick: a gap longer than kGap between
+  // ticks, or before a booking, is time the process was frozen, unless the kernel counted it as waiting for
+  // a CPU; each tick books the quota's throttling since the last).
+  void start();
+  // The role has returned: freezes the wall clock and books to `unattributed` whatever part of it nothing
+  // booked; later snapshots are final reports (the residual is judged on those: a report a killed process
+  // sent last may miss an interval still in progress).
   void finish();
   static constexpr std::chrono::milliseconds kTick{20};
   static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
@@ -185,19 +191,33 @@ class Accounting {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // Notices a gap since the last tick (the process was frozen) and books it as paused.
-  void tickLocked(Clock::time_point now) CHAOSBED_REQUIRES(mu_);
+  // Books the throttling since the last reading and, after a gap in the watch's ticks, the part of the gap
+  // the process was frozen as paused. It reads the kernel's counts at the watch's ticks (`watch`), after a
+  // gap, and, under a CPU quota, at every booking, so that an interval ending now takes out exactly the
+  // throttling up to now; without a quota a booking reads nothing.
+  void tickLocked(Clock::time_point now, bool watch = false) CHAOSBED_REQUIRES(mu_);
   double bookedLocked() const CHAOSBED_REQUIRES(mu_) { return stats_.bookedSeconds(); }
-  double pausedWithinLocked(Clock::time_point from, Clock::time_point to) const CHAOSBED_REQUIRES(mu_);
-  void recordPauseLocked(Clock::time_point from, Clock::time_point to) CHAOSBED_REQUIRES(mu_);
+  // Paused and throttled time inside [from, to]: what an interval ending now must not book again.
+  double interruptedWithinLocked(Clock::time_point from, Clock::time_point to) const CHAOSBED_REQUIRES(mu_);
+  void recordInterruptionLocked(TimeCategory category, Clock::time_point from, Clock::time_point to, double seconds)
+      CHAOSBED_REQUIRES(mu_);
 
   mutable Mutex mu_;
   NodeStats stats_ CHAOSBED_GUARDED_BY(mu_);
   std::optional<Clock::time_point> started_ CHAOSBED_GUARDED_BY(mu_);
   std::optional<Clock::time_point> finished_ CHAOSBED_GUARDED_BY(mu_);
-  std::optional<TimeCategory> unbooked_ CHAOSBED_GUARDED_BY(mu_);
   std::optional<Clock::time_point> last_tick_ CHAOSBED_GUARDED_BY(mu_);
-  std::deque<std::pair<Clock::time_point, Clock::time_point>> pauses_ CHAOSBED_GUARDED_BY(mu_);  // recent ones
+  // Paused and throttled time, each spread evenly over the window it was found in (a pause over its own
+  // interval): an interval booked later takes out its overlap with each. Newest last.
+  struct Interruption {
+    Clock::time_point from, to;
+    double seconds;
+    TimeCategory category;  // kThrottled windows tile time from one reading to the next, in order
+  };
+  std::deque<Interruption> interruptions_ CHAOSBED_GUARDED_BY(mu_);
+  CpuWait cpu_ CHAOSBED_GUARDED_BY(mu_);  // the watch thread's (opened by it)
+  CpuWait::Reading cpu_last_ CHAOSBED_GUARDED_BY(mu_);
+  Clock::time_point cpu_read_at_ CHAOSBED_GUARDED_BY(mu_);
   bool stopping_ CHAOSBED_GUARDED_BY(mu_) = false;
   std::condition_variable_any wake_;
   std::thread watch_;

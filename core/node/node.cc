@@ -191,7 +191,7 @@ Status runSimulatedNode(const std::string& role, const NodeConfig& c, ControlCha
   control.startBackground([&accounting] { return accounting.snapshot(); }, 250ms);
   control.startLinkWatcher(
       [](const LinkCommand&) { return Status::unavailable("a simulated node has no transport to shape"); });
-  accounting.start(TimeCategory::kIdlePeer);
+  accounting.start();
   Status result;
   {
     const auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -341,11 +341,9 @@ int runNodeProcess(const NodeLaunch& launch) {
                   .data = data ? &*data : nullptr};
 
   // The wall clock starts with the role, not with the threads above (their start-up would count against a
-  // short-lived replacement's residual). Whatever the role's loops leave unbooked (set-up, the first join,
-  // leaving) is its own work: compute for workers, waiting for workers for servers. The evaluator trains
-  // nothing: no wall to account for.
-  if (launch.role != "evaluator")
-    accounting.start(launch.role == "ps" ? TimeCategory::kIdlePeer : TimeCategory::kCompute);
+  // short-lived replacement's residual). What the role's frames leave unbooked is unattributed (finish()).
+  // The evaluator trains nothing: no wall to account for.
+  if (launch.role != "evaluator") accounting.start();
   Status result = runRole(launch.role, c, ctx);
   accounting.finish();
   control.stopBackground();  // sends the final report

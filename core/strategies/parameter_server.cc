@@ -472,7 +472,12 @@ void PsServer::onNotice() {
 }
 
 Status PsServer::run() {
-  CHAOSBED_RETURN_IF_ERROR(restore());
+  {
+    // Restoring the shard is a replacement's recovery; a first server's start-up is its own compute.
+    Accounting::Frame starting(ctx_.accounting,
+                               ctx_.control.incarnation() > 0 ? TimeCategory::kIdleRecovery : TimeCategory::kCompute);
+    CHAOSBED_RETURN_IF_ERROR(restore());
+  }
   next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                               std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
   request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
@@ -497,7 +502,12 @@ Status PsServer::run() {
     maybeCheckpoint(false);
     if (ctx_.strategy.checkpoint_on_notice && !acted_on_notice_ && ctx_.noticeReceived()) onNotice();
   }
-  request_->cancel();
+  {
+    // A request already matched is let finish (up to 100 ms): waiting for a worker's message.
+    Accounting::Frame cancelling(ctx_.accounting, TimeCategory::kIdlePeer);
+    request_->cancel();
+  }
+  Accounting::Frame leaving(ctx_.accounting, TimeCategory::kCheckpoint);  // the last checkpoint, on disk
   maybeCheckpoint(true);
   publishApplied();
   Status flushed = writer_->flush(deadlineIn(10s));

@@ -145,7 +145,7 @@ int runNode(const Setup& s, int rank, Store& store, const Secret& secret) {
                   .servers = s.shards,
                   .checkpoint_dir = s.checkpoint_dir,
                   .data = data ? &*data : nullptr};
-  accounting.start(worker ? TimeCategory::kCompute : TimeCategory::kIdlePeer);
+  accounting.start();
   Status result = worker ? runPsWorker(ctx) : runPsServer(ctx);
   accounting.finish();
   control.stopBackground();

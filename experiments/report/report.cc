@@ -23,7 +23,8 @@ constexpr const char* kPartColors[][2] = {{"compute", "#4c78a8"},       {"transf
                                           {"idle_recovery", "#b279a2"}};
 
 // Each TimeCategory, in its order (node_timeseries.csv's columns), and a cell where nothing was booked.
-constexpr const char* kCategoryColors[] = {"#4c78a8", "#72b7b2", "#54a24b", "#e45756", "#f58518", "#b279a2", "#9d755d"};
+constexpr const char* kCategoryColors[] = {"#4c78a8", "#72b7b2", "#54a24b", "#e45756", "#f58518",
+                                           "#b279a2", "#9d755d", "#bab0ac", "#000000"};
 constexpr const char* kNoneColor = "#e8e8e8";
 static_assert(std::size(kCategoryColors) == kTimeCategories);
 static_assert(std::tuple_size_v<decltype(NodeSeriesPoint::seconds)> == kTimeCategories);
@@ -450,7 +451,8 @@ Result<std::vector<NodeSeriesPoint>> parseNodeTimeseries(const std::string& text
     std::stringstream ls(line);
     for (std::string col; std::getline(ls, col, ',');) cols.push_back(col);
     const std::string where = file + ":" + std::to_string(lineno) + ": ";
-    if (cols.size() != kColumns)
+    // Results written before throttled and unattributed existed have their 7 categories; those read as 0.
+    if (cols.size() != kColumns && cols.size() != kColumns - 2)
       return Status::invalidArgument(where + "expected " + std::to_string(kColumns) + " columns (time_s,strategy,node,"
                                      "wall_s and one per category), got " + std::to_string(cols.size()));
     auto number = [&](size_t i, double* v) {
@@ -462,7 +464,7 @@ Result<std::vector<NodeSeriesPoint>> parseNodeTimeseries(const std::string& text
     p.strategy = cols[1];
     p.node = cols[2];
     bool ok = number(0, &p.time_s) && number(3, &p.wall_s);
-    for (int c = 0; c < kTimeCategories && ok; ++c) ok = number(4 + size_t(c), &p.seconds[size_t(c)]);
+    for (size_t c = 0; 4 + c < cols.size() && ok; ++c) ok = number(4 + c, &p.seconds[c]);
     if (!ok) return Status::invalidArgument(where + "a time is not a finite number: '" + line + "'");
     out.push_back(std::move(p));
   }

@@ -48,14 +48,14 @@ struct NodeSeriesPoint {
   std::string strategy;
   std::string node;
   double wall_s = 0;
-  std::array<double, 7> seconds{};
+  std::array<double, 9> seconds{};  // by TimeCategory (core/metrics/accounting.h)
 };
 
 // What a node did in [start_s, end_s], in seconds per category (TimeCategory order).
 struct NodeCell {
   double start_s = 0;
   double end_s = 0;
-  std::array<double, 7> seconds{};
+  std::array<double, 9> seconds{};  // by TimeCategory (core/metrics/accounting.h)
 };
 
 // Everything the page shows, read from a results directory.
