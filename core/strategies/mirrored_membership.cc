@@ -134,22 +134,34 @@ Status MirroredWorker::rendezvous(const Membership& m) {
 // members may have finished a step that others did not); members behind it, and joiners, receive it.
 Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, const Membership& m) {
   const int n = comm_.size();
-  SyncInfo mine{progress_.step, pre_rollback_step, has_state_ ? 1 : 0, me_};
   std::vector<SyncInfo> all(static_cast<size_t>(n));
-  CHAOSBED_RETURN_IF_ERROR(
-      allgather(comm_, podBytes(mine), std::as_writable_bytes(std::span<SyncInfo>(all)), collectiveDeadline())
-          .withContext("mirrored: state sync of generation " + std::to_string(m.generation)));
   int source = -1;
   int64_t newest = -1;
   int64_t predecessor_step = -1;
-  bool uniform = true;
-  for (const SyncInfo& s : all) {
-    if (s.has_state && s.step > newest) {
-      newest = s.step;
-      source = s.rank;  // members are in rank order: the lowest rank with the newest step
+  for (int pass = 0;; ++pass) {
+    SyncInfo mine{progress_.step, pre_rollback_step, has_state_ ? 1 : 0, me_};
+    CHAOSBED_RETURN_IF_ERROR(
+        allgather(comm_, podBytes(mine), std::as_writable_bytes(std::span<SyncInfo>(all)), collectiveDeadline())
+            .withContext("mirrored: state sync of generation " + std::to_string(m.generation)));
+    source = -1;
+    newest = -1;
+    for (const SyncInfo& s : all) {
+      if (s.has_state && s.step > newest) {
+        newest = s.step;
+        source = s.rank;  // members are in rank order: the lowest rank with the newest step
+      }
+      if (s.rank != me_) predecessor_step = std::max(predecessor_step, s.pre_rollback_step);
     }
-    if (s.rank != me_) predecessor_step = std::max(predecessor_step, s.pre_rollback_step);
+    if (source >= 0 || m.generation == 0 || pass > 0) break;
+    // Every member is new after the first generation: the one before was lost whole. Never start over from
+    // the seed in silence: every member restores the newest checkpoint (a notice's included), as restart
+    // would, and the state is synchronised again; with none, the run starts from scratch and says so.
+    CHAOSBED_RETURN_IF_ERROR(restoreCheckpoint());
+    if (me_ == comm_.members.front())
+      (void)ctx_.control.event(progress_.step > 0 ? "restored_after_total_loss" : "restart_from_scratch",
+                               {{"step", progress_.step}, {"samples", progress_.samples}, {"generation", m.generation}});
   }
+  bool uniform = true;
   for (const SyncInfo& s : all) uniform = uniform && s.has_state && s.step == newest;
   if (source < 0) {  // nobody holds a state (every member is new): all start from the seed
     resetToInitialState();

@@ -458,6 +458,7 @@ Result<StrategyResult> Supervisor::run() {
   const StatsByNode final_stats = allNodeStats();
   result_.workers = roleTotal(final_stats, "worker", workers_);
   result_.servers = roleTotal(final_stats, "ps", servers_);
+  result_.workers.samples_lost += total_loss_samples_;
   const double t_end = std::max(now(), last_node_sample_t);
   for (const auto& [name, n] : final_stats) result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
   accountingResidual();

@@ -289,6 +289,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   int streak_ = 0;            // consecutive evaluations at or above the target
   double streak_start_s_ = 0;
   int64_t events_read_ = 0;
+  int64_t total_loss_samples_ = 0;  // samples lost when every elastic member was lost at once
   bool stop_sent_ = false;
   std::atomic<bool> stopping_{false};  // stop_sent_, for the chaos controller's thread
   std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms

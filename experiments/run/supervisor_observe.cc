@@ -120,6 +120,13 @@ void Supervisor::handleEvent(const std::string& text) {
         requestStop("target");
       }
     }
+  } else if (type == "restart_from_scratch" || type == "restored_after_total_loss") {
+    // Every worker of elastic mirrored was lost: what they had trained beyond the state the next generation
+    // resumed from (a checkpoint's samples, or none) is not in the final model. No surviving member books
+    // it, so the controller does, from the workers' reports so far.
+    const NodeStats w = collectStats("worker", workers_);
+    const int64_t kept = int64_t(number(e, "samples", 0.0));
+    total_loss_samples_ += std::max<int64_t>(0, w.samples - w.samples_lost - total_loss_samples_ - kept);
   } else if (type == "recovered") {
     MutexLock lock(mu_);
     execute(supervision_->onRecoveredEvent(number(e, "t", now())));

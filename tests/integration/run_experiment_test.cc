@@ -387,6 +387,47 @@ chaos:
   for (const auto* s : {&with, &without}) EXPECT_LE((*s)["accounting_residual"].get<double>(), 0.01);
 }
 
+// Elastic mirrored after a total loss: both workers are preempted at once and come back. The generation
+// that follows has no member holding a state. With checkpoints on notice it resumes from the notice's
+// checkpoint (never from the seed in silence); without any checkpoint it starts from scratch, says so, and
+// books what the lost workers had trained as samples lost.
+TEST(RunExperiment, ElasticMirroredResumesFromTheNewestCheckpointAfterATotalLoss) {
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-total-loss", R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: total-loss}
+seed: 4
+cluster: {workers: 2, servers: 1}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.1, momentum: 0.9, target_accuracy: 0.999, time_limit_s: 6,
+           eval_interval_s: 0.5, sustained_evals: 100, checkpoint_interval_s: 100}
+strategies:
+  - {name: mirrored, on_failure: elastic, label: notice, checkpoint_on_notice: true}
+  - {name: mirrored, on_failure: elastic, label: plain}
+chaos:
+  allow_full_outage: true   # every worker at once
+  faults:
+    - {name: all-preempted, action: preempt, target: {nodes: [worker-0, worker-1]}, at_s: 2, params: {grace_s: 0.5},
+       restart_after: {fixed_s: 0.5}}
+)", &r, std::chrono::seconds(180)));
+  auto events = [&](const std::string& label, const std::string& type) {
+    std::vector<nlohmann::json> out;
+    for (const auto& e : r.events[label])
+      if (e.value("type", "") == type) out.push_back(e);
+    return out;
+  };
+  const auto restored = events("notice", "restored_after_total_loss");
+  ASSERT_EQ(restored.size(), 1u) << "the generation after the loss did not resume from the notice's checkpoint";
+  EXPECT_GT(restored[0]["step"].get<int64_t>(), 0) << restored[0].dump();
+  EXPECT_TRUE(events("notice", "restart_from_scratch").empty());
+  const auto scratch = events("plain", "restart_from_scratch");
+  ASSERT_EQ(scratch.size(), 1u) << "no checkpoint existed: the restart from the seed must be said";
+  const auto& plain = r.summary["strategies"]["plain"];
+  EXPECT_GT(plain["samples_lost"].get<int64_t>(), 0) << plain.dump(2);
+  EXPECT_LE(plain["samples_lost"].get<int64_t>(), plain["samples"].get<int64_t>()) << plain.dump(2);
+}
+
 // Fashion-MNIST is decoded once per run into a private raw copy that every node reads (the page cache holds
 // it once for the machine): a node's memory is its own state, the workers never hold the test set, and the
 // copy goes with the run.
