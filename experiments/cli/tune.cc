@@ -16,6 +16,7 @@ DECLARE_string(out);
 DEFINE_string(tune_lr, "", "learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
 DEFINE_string(tune_momentum, "", "momenta to try, comma-separated (default: 0,0.5,0.9)");
 DEFINE_string(tune_seeds, "", "seeds per recipe, comma-separated (default: the spec's seed)");
+DEFINE_string(tune_shards, "", "parameter-server shard counts to try, comma-separated (default: each strategy's own)");
 
 namespace chaosbed::cli {
 namespace {
@@ -41,14 +42,15 @@ std::optional<std::vector<T>> parseList(const char* flag, const std::string& tex
 
 int runTune(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST]\n");
+    std::fprintf(stderr, "usage: chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST] [--tune_shards LIST]\n");
     return kExitUsage;
   }
   if (!checkMetricsFlags("tune")) return kExitUsage;
   auto lrs = parseList<double>("tune_lr", FLAGS_tune_lr);
   auto moms = parseList<double>("tune_momentum", FLAGS_tune_momentum);
   auto seeds = parseList<int64_t>("tune_seeds", FLAGS_tune_seeds);
-  if (!lrs || !moms || !seeds) return kExitUsage;
+  auto shards = parseList<int>("tune_shards", FLAGS_tune_shards);
+  if (!lrs || !moms || !seeds || !shards) return kExitUsage;
   int code = kExitPass;
   auto batch = Batch::open("tune", argv[1], &code);
   if (!batch) return code;
@@ -58,6 +60,7 @@ int runTune(int argc, char** argv) {
   options.learning_rates = *lrs;
   options.momenta = *moms;
   options.seeds = *seeds;
+  options.shards = *shards;
   auto outcome = tune::runTune(options, batch->runner(nullptr));
   if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {
@@ -65,11 +68,11 @@ int runTune(int argc, char** argv) {
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   }
   std::printf("tune: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);
-  std::printf("%-22s %14s %9s %16s\n", "strategy", "learning_rate", "momentum", "score (TTA s)");
+  std::printf("%-22s %14s %9s %7s %16s\n", "strategy", "learning_rate", "momentum", "shards", "score (TTA s)");
   for (const auto& t : outcome->strategies) {
     const auto& w = t.recipes[t.winner];
-    std::printf("%-22s %14s %9s %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
-                config::formatDouble(w.recipe.momentum).c_str(), config::formatDouble(w.score).c_str());
+    std::printf("%-22s %14s %9s %7d %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
+                config::formatDouble(w.recipe.momentum).c_str(), w.shards, config::formatDouble(w.score).c_str());
   }
   std::printf("results: %s/tune.json; the tuned spec: %s/tuned.yaml\n", options.out_dir.c_str(), options.out_dir.c_str());
   return outcome->failed ? kExitInfrastructure : kExitPass;

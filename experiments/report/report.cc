@@ -597,6 +597,20 @@ std::string renderReport(const ReportInput& in) {
       o << "<p class=\"meta\"><strong>warning: " << htmlEscape(label) << htmlEscape(text) << "</strong></p>\n";
     }
   }
+  // A node the workers spent most of their time waiting for: the same diagnosis as the terminal's warning.
+  if (const nlohmann::json strategies = in.summary.value("strategies", nlohmann::json::object()); strategies.is_object())
+    for (const std::string& label : ordered) {
+      if (!strategies.contains(label) || !strategies[label].is_object()) continue;
+      const nlohmann::json b = strategies[label].value("bottleneck", nlohmann::json());
+      if (!b.is_object() || !b.contains("node") || !b["node"].is_string() || !b.contains("waiting_fraction") ||
+          !b["waiting_fraction"].is_number())
+        continue;
+      char pct[32];
+      std::snprintf(pct, sizeof pct, "%.0f%%", 100 * b["waiting_fraction"].get<double>());
+      o << "<p class=\"meta\"><strong>warning: " << htmlEscape(label) << "'s workers spent " << pct
+        << " of their time waiting for " << htmlEscape(b["node"].get<std::string>()) << " ("
+        << htmlEscape(b.value("why", std::string())) << ")</strong></p>\n";
+    }
   if (in.summary.contains("simulated") && in.summary["simulated"].is_string())
     o << "<p class=\"meta\"><strong>" << htmlEscape(in.summary["simulated"].get<std::string>()) << "</strong></p>\n";
   o << "<h2>Accuracy vs time</h2>\n<p class=\"legend\">";

@@ -233,6 +233,56 @@ std::string emulationWarnings(const std::vector<StrategyResult>& results) {
   return out;
 }
 
+std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& kind,
+                                                             const std::map<std::string, NodeStats>& by_node) {
+  const bool ps = kind == "parameter_server";
+  const TimeCategory waiting = ps ? TimeCategory::kIdleServer : TimeCategory::kIdlePeer;
+  double wall = 0, waited = 0;
+  for (const auto& [name, n] : by_node)
+    if (name.rfind("worker-", 0) == 0) {
+      wall += n.wall_seconds;
+      waited += n.seconds[size_t(waiting)];
+    }
+  if (wall <= 0 || waited <= 0.5 * wall) return std::nullopt;
+  auto share = [](const NodeStats& n, TimeCategory c) { return n.wall_seconds > 0 ? n.seconds[size_t(c)] / n.wall_seconds : 0; };
+  // The shard that was busiest (working or held back by its quota), or the worker that waited least.
+  const NodeStats* culprit = nullptr;
+  std::string name_of;
+  double best = -1;
+  for (const auto& [name, n] : by_node) {
+    if (name.rfind(ps ? "ps-" : "worker-", 0) != 0 || n.wall_seconds <= 0) continue;
+    const double score = 1 - share(n, TimeCategory::kIdlePeer);  // a shard waits for requests, a worker for peers
+    if (score > best) {
+      best = score;
+      culprit = &n;
+      name_of = name;
+    }
+  }
+  if (!culprit) return std::nullopt;
+  StrategyResult::Bottleneck b;
+  b.node = name_of;
+  b.waiting_fraction = waited / wall;
+  char why[256];
+  std::snprintf(why, sizeof why, "it computed %.0f%%, moved data %.0f%%, was throttled by its CPU quota %.0f%% and paused %.0f%% of its time",
+                100 * share(*culprit, TimeCategory::kCompute), 100 * share(*culprit, TimeCategory::kTransfer),
+                100 * share(*culprit, TimeCategory::kThrottled), 100 * share(*culprit, TimeCategory::kPaused));
+  b.why = why;
+  return b;
+}
+
+std::string bottleneckWarnings(const std::vector<StrategyResult>& results) {
+  std::string out;
+  char line[640];
+  for (const StrategyResult& r : results) {
+    if (!r.bottleneck) continue;
+    std::snprintf(line, sizeof line, "warning: %s's workers spent %.0f%% of their time waiting for %s (%s)\n",
+                  r.label.c_str(), 100 * r.bottleneck->waiting_fraction, r.bottleneck->node.c_str(),
+                  r.bottleneck->why.c_str());
+    out += line;
+  }
+  return out;
+}
+
 double StrategyResult::goodputSamplesPerSecond() const {
   return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
 }
@@ -321,6 +371,10 @@ nlohmann::json StrategyResult::toJson() const {
                       {"detection_seconds", detectionSeconds()},
                       {"longest_stall_seconds", longest_stall_seconds},
                       {"paused_seconds", workers.seconds[int(TimeCategory::kPaused)]},
+                      {"bottleneck", bottleneck ? nlohmann::json{{"node", bottleneck->node},
+                                                                 {"waiting_fraction", bottleneck->waiting_fraction},
+                                                                 {"why", bottleneck->why}}
+                                                : nlohmann::json(nullptr)},
                       {"accounting_residual", accounting_residual},
                       {"accounting_residual_node", accounting_residual_node},
                       {"node_seconds", nodeSeconds()},

@@ -13,6 +13,8 @@
 
 #include <sys/types.h>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,14 @@ inline constexpr double kEmulationRatioTolerance = 0.20;
 // and the likely cause ("" when every one is on target, or without emulation). summary.json has the same
 // verdict per strategy: comm_compute_ratio.{off_by, on_target}.
 std::string emulationWarnings(const std::vector<StrategyResult>& results);
+// The node a strategy's workers spent more than half their wall waiting for, from each node's final stats
+// (by node name): under the parameter server, the shard the workers waited for (`server` idle), the busiest
+// one; under mirrored, the worker the others waited for at collectives (`peer` idle), the one that waited
+// least. nullopt when the workers waited less than half their time.
+std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& kind,
+                                                             const std::map<std::string, NodeStats>& by_node);
+// One warning line per strategy with a bottleneck ("" when none has one); summary.json has "bottleneck".
+std::string bottleneckWarnings(const std::vector<StrategyResult>& results);
 // What every report of a cluster.simulate run says: nothing was trained.
 inline constexpr const char* kSimulatedNote =
     "simulated nodes (cluster.simulate): the nodes exercised the control plane only and trained nothing; "

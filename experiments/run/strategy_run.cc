@@ -11,6 +11,7 @@
 #include "core/launcher/launcher.h"
 #include "core/model/emulation.h"
 #include "experiments/run/node_config.h"
+#include "experiments/run/results.h"
 #include "experiments/run/supervisor.h"
 
 namespace chaosbed::run::detail {
@@ -459,6 +460,7 @@ Result<StrategyResult> Supervisor::run() {
   result_.workers = roleTotal(final_stats, "worker", workers_);
   result_.servers = roleTotal(final_stats, "ps", servers_);
   result_.workers.samples_lost += total_loss_samples_;
+  result_.bottleneck = diagnoseBottleneck(result_.kind, final_stats);
   const double t_end = std::max(now(), last_node_sample_t);
   for (const auto& [name, n] : final_stats) result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
   accountingResidual();

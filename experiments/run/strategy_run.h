@@ -93,6 +93,13 @@ struct StrategyResult {
   // mid-interval sends none), and which process it was ("worker-1#0": node and incarnation).
   double accounting_residual = 0;
   std::string accounting_residual_node;
+  // A node the others spent more than half their time waiting for (diagnoseBottleneck); none otherwise.
+  struct Bottleneck {
+    std::string node;              // "ps-0", or the straggling "worker-2"
+    double waiting_fraction = 0;   // of the workers' wall, waiting for it (server or peer idle)
+    std::string why;               // what the node itself did meanwhile, in words
+  };
+  std::optional<Bottleneck> bottleneck;
   int faults_applied = 0;
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;

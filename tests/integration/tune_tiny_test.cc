@@ -49,11 +49,12 @@ TEST(TuneEndToEnd, EachStrategyGetsItsLowestScoringRecipeAndTheTuneResumes) {
   std::istringstream csv(readFile(dir + "/out/tune.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached");
+  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards");
   int rows = 0;
   while (std::getline(csv, line)) {
     auto f = split(line);
-    ASSERT_EQ(f.size(), 7u) << line;
+    ASSERT_EQ(f.size(), 8u) << line;
+    EXPECT_EQ(f[7], "1") << "without --tune_shards every strategy keeps its own shards";
     score[f[0]][std::stod(f[2])] = f[6] == "true" ? std::stod(f[5]) : time_limit;
     ++rows;
   }

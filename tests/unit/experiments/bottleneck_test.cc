@@ -1,0 +1,58 @@
+// diagnoseBottleneck: which node a strategy's workers spent more than half their time waiting for.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "experiments/run/results.h"
+
+namespace chaosbed::run {
+namespace {
+
+NodeStats node(double wall, std::initializer_list<std::pair<TimeCategory, double>> seconds) {
+  NodeStats n;
+  n.wall_seconds = wall;
+  for (const auto& [c, s] : seconds) n.seconds[size_t(c)] = s;
+  return n;
+}
+
+TEST(Bottleneck, TheShardTheWorkersWaitedForIsNamedWithWhatItDid) {
+  std::map<std::string, NodeStats> by_node = {
+      {"worker-0", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kIdleServer, 8}})},
+      {"worker-1", node(10, {{TimeCategory::kCompute, 3}, {TimeCategory::kIdleServer, 7}})},
+      {"ps-0", node(10, {{TimeCategory::kIdlePeer, 9}, {TimeCategory::kCompute, 1}})},
+      {"ps-1", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kThrottled, 7}, {TimeCategory::kIdlePeer, 1}})}};
+  const auto b = diagnoseBottleneck("parameter_server", by_node);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->node, "ps-1");
+  EXPECT_DOUBLE_EQ(b->waiting_fraction, 0.75);
+  EXPECT_NE(b->why.find("throttled by its CPU quota 70%"), std::string::npos) << b->why;
+
+  StrategyResult r;
+  r.label = "parameter_server";
+  r.bottleneck = b;
+  EXPECT_NE(bottleneckWarnings({r}).find("parameter_server's workers spent 75% of their time waiting for ps-1"),
+            std::string::npos);
+  EXPECT_EQ(r.toJson()["bottleneck"]["node"], "ps-1");
+}
+
+TEST(Bottleneck, MirroredNamesTheWorkerTheOthersWaitedForAndHalfIsNotEnough) {
+  std::map<std::string, NodeStats> slow_one = {
+      {"worker-0", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kIdlePeer, 8}})},
+      {"worker-1", node(10, {{TimeCategory::kCompute, 9}, {TimeCategory::kIdlePeer, 1}})},
+      {"worker-2", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kIdlePeer, 8}})}};
+  const auto b = diagnoseBottleneck("mirrored", slow_one);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->node, "worker-1");
+  // Server idle does not count for mirrored, and waiting exactly half the time is no bottleneck.
+  std::map<std::string, NodeStats> half = {
+      {"worker-0", node(10, {{TimeCategory::kCompute, 5}, {TimeCategory::kIdlePeer, 5}})},
+      {"worker-1", node(10, {{TimeCategory::kCompute, 5}, {TimeCategory::kIdleServer, 5}})}};
+  EXPECT_FALSE(diagnoseBottleneck("mirrored", half).has_value());
+  EXPECT_EQ(bottleneckWarnings({StrategyResult{}}), "");
+  EXPECT_TRUE(StrategyResult{}.toJson()["bottleneck"].is_null());
+}
+
+}  // namespace
+}  // namespace chaosbed::run
