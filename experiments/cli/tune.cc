@@ -71,8 +71,9 @@ int runTune(int argc, char** argv) {
   std::printf("%-22s %14s %9s %7s %16s\n", "strategy", "learning_rate", "momentum", "shards", "score (TTA s)");
   for (const auto& t : outcome->strategies) {
     const auto& w = t.recipes[t.winner];
-    std::printf("%-22s %14s %9s %7d %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
-                config::formatDouble(w.recipe.momentum).c_str(), w.shards, config::formatDouble(w.score).c_str());
+    std::printf("%-22s %14s %9s %7s %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
+                config::formatDouble(w.recipe.momentum).c_str(), w.shards > 0 ? std::to_string(w.shards).c_str() : "-",
+                config::formatDouble(w.score).c_str());
   }
   std::printf("results: %s/tune.json; the tuned spec: %s/tuned.yaml\n", options.out_dir.c_str(), options.out_dir.c_str());
   return outcome->failed ? kExitInfrastructure : kExitPass;

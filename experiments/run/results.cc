@@ -258,7 +258,10 @@ std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& 
       name_of = name;
     }
   }
-  if (!culprit) return std::nullopt;
+  // Only a node that was itself busy (working, or held back by its quota) is a bottleneck: a shard that
+  // waited for requests most of its time while the workers waited for its replies points at the wire
+  // between them (a request's own transfer sits in the workers' server idle), not at the shard.
+  if (!culprit || share(*culprit, TimeCategory::kIdlePeer) >= 0.5) return std::nullopt;
   StrategyResult::Bottleneck b;
   b.node = name_of;
   b.waiting_fraction = waited / wall;

@@ -58,7 +58,8 @@ std::string emulationWarnings(const std::vector<StrategyResult>& results);
 // The node a strategy's workers spent more than half their wall waiting for, from each node's final stats
 // (by node name): under the parameter server, the shard the workers waited for (`server` idle), the busiest
 // one; under mirrored, the worker the others waited for at collectives (`peer` idle), the one that waited
-// least. nullopt when the workers waited less than half their time.
+// least. nullopt when the workers waited less than half their time, or when that node itself waited for
+// its peers half its time or more (then no one node holds the others back).
 std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& kind,
                                                              const std::map<std::string, NodeStats>& by_node);
 // One warning line per strategy with a bottleneck ("" when none has one); summary.json has "bottleneck".

@@ -127,7 +127,8 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
           score.ttas.push_back(tta);
           csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
               << number(recipe.momentum) << "," << seed << "," << (tta ? number(*tta) : "") << ","
-              << (tta ? "true" : "false") << "," << shards << "\n";
+              << (tta ? "true" : "false") << ","
+              << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << "\n";
         }
         score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
         tuning.recipes.push_back(std::move(score));

@@ -12,7 +12,7 @@
 // Layout of the tune directory (resumable like a sweep: a complete point is not run again):
 //   points/<label>/<id>/   one run's results directory (run/results.h)
 //   tune.csv               one row per run: label, kind, learning_rate, momentum, seed, tta_sustained_s, reached,
-//                          shards
+//                          shards (a parameter server's; empty for mirrored)
 //   tune.json              the grid, the seeds, every recipe's score and each strategy's winner
 //   tuned.yaml             the spec with each strategy's recipe set to its winner (strategies[i].training)
 

@@ -51,6 +51,11 @@ TEST(Bottleneck, MirroredNamesTheWorkerTheOthersWaitedForAndHalfIsNotEnough) {
       {"worker-1", node(10, {{TimeCategory::kCompute, 5}, {TimeCategory::kIdleServer, 5}})}};
   EXPECT_FALSE(diagnoseBottleneck("mirrored", half).has_value());
   EXPECT_EQ(bottleneckWarnings({StrategyResult{}}), "");
+  // Workers that waited for replies while the only shard waited for requests: no node is to blame.
+  std::map<std::string, NodeStats> wire = {
+      {"worker-0", node(10, {{TimeCategory::kCompute, 4}, {TimeCategory::kIdleServer, 6}})},
+      {"ps-0", node(10, {{TimeCategory::kCompute, 1}, {TimeCategory::kIdlePeer, 9}})}};
+  EXPECT_FALSE(diagnoseBottleneck("parameter_server", wire).has_value());
   EXPECT_TRUE(StrategyResult{}.toJson()["bottleneck"].is_null());
 }
 
