@@ -26,11 +26,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -142,8 +144,12 @@ class Accounting {
   static constexpr std::chrono::milliseconds kTick{20};
   static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
 
-  // Books an interval of `seconds` that ends now, less the paused time inside it.
-  void add(TimeCategory category, double seconds);
+  // Books an interval of `seconds` that ends now, less the paused and throttled time inside it.
+  void add(TimeCategory category, double seconds) { add({{category, seconds}}); }
+  // Books consecutive intervals that together end now, in the order given, each less the paused and
+  // throttled time inside it. One add() per part would take that time out of the same last seconds again
+  // for each part (and leave it unattributed).
+  void add(std::initializer_list<std::pair<TimeCategory, double>> parts);
   void step(int64_t samples, double step_seconds);
   void epoch(int64_t epoch);
   void rollback(int64_t samples_lost);

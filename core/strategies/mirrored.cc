@@ -151,16 +151,16 @@ Status MirroredWorker::step(StepOutcome& out) {
   // A member frozen or dying in the middle of an exchange shows as an exchange far longer than usual.
   const double idle = std::clamp(double(last_arrival - header.arrival_ns) * 1e-9, 0.0, exchange);
   const auto header_split = header_splitter_.split(exchange - idle);
-  ctx_.accounting.add(TimeCategory::kIdlePeer, idle + header_split.idle);
-  ctx_.accounting.add(TimeCategory::kTransfer, header_split.transfer);
+  ctx_.accounting.add(
+      {{TimeCategory::kIdlePeer, idle + header_split.idle}, {TimeCategory::kTransfer, header_split.transfer}});
 
   out.failed_at = SteadyClock::now();
   s = reducer_->allreduce(comm_, model_->gradients(), collectiveDeadline());
   // A failed all-reduce is booked by recover(), from failed_at, as recovery: not here as well.
   if (!s.isOk()) return s.withContext("mirrored: gradient all-reduce of step " + std::to_string(progress_.step));
   const auto reduce_split = allreduce_splitter_.split(secondsSince(out.failed_at));
-  ctx_.accounting.add(TimeCategory::kTransfer, reduce_split.transfer);
-  ctx_.accounting.add(TimeCategory::kIdlePeer, reduce_split.idle);
+  ctx_.accounting.add(
+      {{TimeCategory::kTransfer, reduce_split.transfer}, {TimeCategory::kIdlePeer, reduce_split.idle}});
   CHAOSBED_RETURN_IF_ERROR(applyGradient(1.0f / static_cast<float>(n)));
   completeStep(static_cast<int64_t>(bpw_) * n, static_cast<int64_t>(bpw_), started);
   return Status::ok();
