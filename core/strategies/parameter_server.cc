@@ -37,6 +37,7 @@
 #include <limits>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/config/json_fields.h"
@@ -103,9 +104,8 @@ class PsServer {
  public:
   PsServer(NodeContext& ctx, int shard, ShardRange range, Sgd sgd, std::vector<float> params)
       : ctx_(ctx), shard_(shard), range_(range), sgd_(std::move(sgd)), params_(std::move(params)),
-        request_buf_(sizeof(PsRequestHeader) + range.count * sizeof(float)),
         round_sum_(range.count, 0.0f), clocks_(size_t(ctx.workers), 0), incarnations_(size_t(ctx.workers), 0),
-        pulled_(size_t(ctx.workers), 0), replies_(size_t(ctx.workers)), snapshot_(sizeof(ShardSnapshotHeader) + range.count * sizeof(float)) {}
+        pulled_(size_t(ctx.workers), 0), replies_(size_t(ctx.workers)), reply_ops_(size_t(ctx.workers)), snapshot_(sizeof(ShardSnapshotHeader) + range.count * sizeof(float)) {}
 
   Status run();
 
@@ -139,8 +139,20 @@ class PsServer {
   const ShardRange range_;
   Sgd sgd_;
   std::vector<float> params_;
-  std::vector<std::byte> request_buf_;
-  RequestPtr request_;
+  // Requests land in a pool of receives, one per worker, all posted at once and served in the order they were
+  // posted (UCX matches arriving messages to posted receives in that order): while one request is applied, the
+  // others' rendezvous transfers go on. With one receive, every other request waited unmatched until the
+  // server came back for it, and its transfer only began then.
+  struct Receive {
+    std::vector<std::byte> buf;
+    RequestPtr op;
+  };
+  std::deque<Receive> receives_;
+  void postReceive(Receive& r) { r.op = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, r.buf); }
+  bool anyReceived() const {
+    return std::any_of(receives_.begin(), receives_.end(), [](const Receive& r) { return r.op->isComplete(); });
+  }
+  void serveReceived();
   int64_t version_ = 0;
   int64_t checkpoint_version_ = 0;
   int64_t gradients_applied_ = 0;  // workers' gradients in version_ (a synchronous round holds several)
@@ -153,6 +165,11 @@ class PsServer {
   // One reply buffer per worker, alive as long as the transport: a reply cancelled mid-way to a paused worker
   // may still be read when that worker wakes (transport.h, Request::cancel).
   std::vector<std::vector<std::byte>> replies_;
+  // The reply in flight to each worker: sent without waiting, so the server goes on to the next request while
+  // it travels. Its buffer is written again only once it has completed (or been given up).
+  std::vector<RequestPtr> reply_ops_;
+  std::vector<std::vector<std::byte>> abandoned_;  // buffers of replies given up mid-way (Request::cancel)
+  void reapReplies();
   std::deque<Pending> held_;           // replies waiting for the staleness bound / the round
   // The first request of a worker process this server could not reach yet, by worker (retryUnreached).
   struct Unreached {
@@ -232,14 +249,45 @@ void PsServer::reply(const Pending& p, int64_t bound_wait_ns) {
   h.service_ns = std::max<int64_t>(0, monoNs() - p.arrived_ns - bound_wait_ns);
   h.queued_ns = p.queued_ns;
   h.count = int64_t(range_.count);
+  RequestPtr& previous = reply_ops_[size_t(p.worker)];
+  if (previous) {
+    // The worker asks again only after the previous reply reached it, so this is at most its last bytes'
+    // completion; a worker paused mid-transfer holds it up to the deadline, and is given up.
+    (void)wait(ctx_.transport, previous, deadlineIn(5s));
+    previous->cancel();
+    if (previous->bufferInUse()) abandoned_.push_back(std::exchange(replies_[size_t(p.worker)], {}));
+    previous.reset();
+  }
   std::vector<std::byte>& msg = replies_[size_t(p.worker)];
   msg.resize(sizeof h + range_.count * sizeof(float));
   std::memcpy(msg.data(), &h, sizeof h);
   std::memcpy(msg.data() + sizeof h, params_.data(), range_.count * sizeof(float));
   pulled_[size_t(p.worker)] = version_;
-  // Replies are small next to a step; a dead worker's reply fails at once and is dropped.
-  Status s = send(ctx_.transport, p.worker, psReplyTag(p.seq), msg, deadlineIn(5s));
-  if (!s.isOk()) VLOG(1) << "ps-" << shard_ << ": reply to worker " << p.worker << ": " << s.toString();
+  // A dead worker's reply fails and is dropped (reapReplies).
+  previous = ctx_.transport.isend(p.worker, psReplyTag(p.seq), msg);
+}
+
+void PsServer::reapReplies() {
+  for (size_t w = 0; w < reply_ops_.size(); ++w) {
+    RequestPtr& op = reply_ops_[w];
+    if (!op || !op->isComplete()) continue;
+    if (!op->status().isOk()) VLOG(1) << "ps-" << shard_ << ": reply to worker " << w << ": " << op->status().toString();
+    if (op->bufferInUse()) abandoned_.push_back(std::exchange(replies_[w], {}));
+    op.reset();
+  }
+}
+
+void PsServer::serveReceived() {
+  // Served in posting order, each re-posted at the back: the order in which UCX matched them.
+  for (size_t n = receives_.size(); n > 0; --n) {
+    Receive r = std::move(receives_.front());
+    receives_.pop_front();
+    if (r.op->isComplete()) {
+      if (r.op->status().isOk()) onRequest(r.op->source(), std::span(r.buf.data(), r.op->receivedBytes()));
+      postReceive(r);
+    }
+    receives_.push_back(std::move(r));
+  }
 }
 
 void PsServer::applyRound() {
@@ -480,7 +528,10 @@ Status PsServer::run() {
   }
   next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                               std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
-  request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
+  for (int w = 0; w < ctx_.workers; ++w) {
+    receives_.push_back({std::vector<std::byte>(sizeof(PsRequestHeader) + range_.count * sizeof(float)), nullptr});
+    postReceive(receives_.back());
+  }
   while (!ctx_.control.stopRequested()) {
     // Waiting in progress() for the workers' requests is peer idle; handling them books itself.
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kIdlePeer);
@@ -488,11 +539,9 @@ Status PsServer::run() {
     // before progress() starts counting completions: progress() would sleep through it (every request after
     // the first waited out its epoll slice, and two workers made 1% of one worker's pushes). Wait only when
     // nothing is ready.
-    if (!request_->isComplete()) ctx_.transport.progress(deadlineIn(20ms));
-    if (request_->isComplete()) {
-      if (request_->status().isOk()) onRequest(request_->source(), std::span(request_buf_.data(), request_->receivedBytes()));
-      request_ = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, request_buf_);
-    }
+    if (!anyReceived()) ctx_.transport.progress(deadlineIn(20ms));
+    serveReceived();
+    reapReplies();
     if (uint64_t f = ctx_.transport.failureCount(); f != failures_seen_) {
       failures_seen_ = f;
       releaseReady();  // a dead worker no longer holds the others back
@@ -503,9 +552,16 @@ Status PsServer::run() {
     if (ctx_.strategy.checkpoint_on_notice && !acted_on_notice_ && ctx_.noticeReceived()) onNotice();
   }
   {
-    // A request already matched is let finish (up to 100 ms): waiting for a worker's message.
+    // A request already matched is let finish (up to 100 ms each), and replies under way their last bytes:
+    // waiting for the workers.
     Accounting::Frame cancelling(ctx_.accounting, TimeCategory::kIdlePeer);
-    request_->cancel();
+    for (Receive& r : receives_) r.op->cancel();
+    const Deadline until = deadlineIn(100ms);
+    for (RequestPtr& op : reply_ops_) {
+      if (!op) continue;
+      (void)wait(ctx_.transport, op, until);
+      op->cancel();  // here, in the frame, not in the destructor
+    }
   }
   Accounting::Frame leaving(ctx_.accounting, TimeCategory::kCheckpoint);  // the last checkpoint, on disk
   maybeCheckpoint(true);
@@ -603,9 +659,9 @@ Status PsWorker::exchange(bool push, int64_t samples) {
   const double reply_wire = std::max(0.0, total - seconds(bound_ns) - seconds(service_ns) - seconds(queued_ns));
   const double queueing = std::max(0.0, seconds(queued_ns) - (push ? reply_wire : 0.0));
   const double idle_server = std::min(total - idle_peer, seconds(service_ns) + queueing);
-  ctx_.accounting.add(TimeCategory::kIdlePeer, idle_peer);
-  ctx_.accounting.add(TimeCategory::kIdleServer, idle_server);
-  ctx_.accounting.add(TimeCategory::kTransfer, total - idle_peer - idle_server);
+  ctx_.accounting.add({{TimeCategory::kIdlePeer, idle_peer},
+                       {TimeCategory::kIdleServer, idle_server},
+                       {TimeCategory::kTransfer, total - idle_peer - idle_server}});
   if (push) ctx_.accounting.staleness(staleness);
   return Status::ok();
 }
