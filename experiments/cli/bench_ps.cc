@@ -11,11 +11,12 @@
 // The limit beside the figures: min(N x the one-worker rate, the server-bound rate, the cpu-bound rate). The
 // server-bound rate is the server's request handling timed alone in this process: a shard's SGD apply plus
 // copying its request in and its reply out, for the largest shard (each push needs every shard). The
-// cpu-bound rate is what the machine's cores carry when each push costs only its worker's compute (as one
-// worker alone books it) and its server's handling: on 2 cores, 4 workers cannot compute 4x one worker's
-// pushes. What the transport costs (syscalls, polling) is not in any bound; --json gives every node
-// process's CPU seconds per push (cpu_seconds_per_push, polling included) to show it.
+// cpu-bound rate is cores / the CPU seconds one push costs every node process together with one worker
+// (compute, apply, and the transport's copies and system calls through TCP, the polling of its waits
+// included): on 2 cores, where one worker and its server already use 1.4 cores, 4 workers cannot make 4x one
+// worker's pushes. --json gives each row's own CPU seconds per push and the workers' booked compute per push.
 
+#include <cblas.h>
 #include <gflags/gflags.h>
 
 #include <unistd.h>
@@ -111,6 +112,9 @@ int runNode(const Setup& s, int rank, Store& store, const Secret& secret) {
     std::fprintf(stderr, "chaosbed bench ps: %s: %s\n", node.c_str(), st.toString().c_str());
     return kExitInfrastructure;
   };
+  // One BLAS thread, as a training node runs (runNodeProcess): OpenBLAS's idle threads spin on sched_yield,
+  // so N workers with a thread per core would burn the cores the others compute on.
+  openblas_set_num_threads(1);
   const bool worker = rank < s.workers;
   std::optional<data::DatasetSplits> data;
   if (worker) {
@@ -342,7 +346,7 @@ int runBenchPs(int argc, char** argv) {
                 "server-bound", "cpu-bound", "limit", "of limit");
   }
   std::fflush(stdout);
-  double cpu_bound = 0;  // pushes/s the machine's cores allow at one push's least CPU cost (from N = 1)
+  double cpu_bound = 0;  // pushes/s the machine's cores allow at one push's CPU cost (from N = 1)
   double single = 0;  // the one-worker rate: measured first, whether or not --workers lists 1
   int code = kExitPass;
   std::vector<int> order = *counts;
@@ -388,9 +392,10 @@ int runBenchPs(int argc, char** argv) {
     for (double r : per_worker) total += r;
     if (n == 1) {
       single = total;
-      // A push needs at least its worker's compute (as one worker alone books it) and its server's
-      // handling: the cores carry no more pushes than cores / that, however many workers share them.
-      cpu_bound = double(std::thread::hardware_concurrency()) / (compute_per_push + 1.0 / *server);
+      // What one push costs the machine, measured alone: its worker's compute, its server's handling, and
+      // moving 2 x the shard through TCP on both sides (copies and system calls, about as much CPU again as
+      // the compute here). The cores carry no more pushes than cores / that, however many workers share them.
+      cpu_bound = double(std::thread::hardware_concurrency()) * total * window / cpu_seconds;
     }
     if (n == 1 && !listed_one) continue;  // measured for the limit only
     const double limit = std::min({double(n) * single, *server, cpu_bound});
@@ -405,6 +410,7 @@ int runBenchPs(int argc, char** argv) {
                                 {"server_bound_pushes_per_s", *server},
                                 {"cpu_bound_pushes_per_s", cpu_bound},
                                 {"cpu_seconds_per_push", cpu_seconds / (total * window)},  // every node, spins included
+                                {"compute_seconds_per_push", compute_per_push},  // workers' booked compute
                                 {"limit_pushes_per_s", limit},
                                 {"of_limit", total / limit},
                                 {"cores", std::thread::hardware_concurrency()}};
