@@ -82,6 +82,10 @@ class Transport {
   // Drives progress. Returns when some operation completed, a peer failed, or `until` passed; may return
   // early. Callers loop on it (see waitAll).
   virtual void progress(Deadline until) = 0;
+  // Seconds this rank's progress has spent advancing operations (moving bytes, protocol steps), cumulative
+  // from the start; its other time in progress() it waited. A caller that waits in progress() books the
+  // difference across the call as its transfer, not its idle. 0 where the transport does not measure it.
+  virtual double progressBusySeconds() const { return 0; }
 
   // OK while the peer is usable, else the sticky status that its operations complete with.
   virtual Status peerStatus(int peer) const = 0;

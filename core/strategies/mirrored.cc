@@ -303,7 +303,10 @@ Status MirroredWorker::restoreCheckpoint() {
 // ---------------------------------------------------------------------------------------------------- run
 
 Result<MirroredOutcome> MirroredWorker::run() {
-  CHAOSBED_RETURN_IF_ERROR(setup());
+  {
+    Accounting::Frame setting_up(ctx_.accounting, ctx_.setUpCategory());
+    CHAOSBED_RETURN_IF_ERROR(setup());
+  }
   bool stopped = false;
   Status joined = joinFirst(stopped);
   if (!joined.isOk() && !stopped) return joined;

@@ -36,6 +36,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -522,8 +523,7 @@ void PsServer::onNotice() {
 Status PsServer::run() {
   {
     // Restoring the shard is a replacement's recovery; a first server's start-up is its own compute.
-    Accounting::Frame starting(ctx_.accounting,
-                               ctx_.control.incarnation() > 0 ? TimeCategory::kIdleRecovery : TimeCategory::kCompute);
+    Accounting::Frame starting(ctx_.accounting, ctx_.setUpCategory());
     CHAOSBED_RETURN_IF_ERROR(restore());
   }
   next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
@@ -539,7 +539,14 @@ Status PsServer::run() {
     // before progress() starts counting completions: progress() would sleep through it (every request after
     // the first waited out its epoll slice, and two workers made 1% of one worker's pushes). Wait only when
     // nothing is ready.
-    if (!anyReceived()) ctx_.transport.progress(deadlineIn(20ms));
+    if (!anyReceived()) {
+      // progress() both waits for requests (peer idle) and moves their bytes in and the replies' out: that
+      // work is the server's transfer (booked as the call's last stretch), or a busy server looks idle.
+      const double busy_before = ctx_.transport.progressBusySeconds();
+      ctx_.transport.progress(deadlineIn(20ms));
+      if (const double moved = ctx_.transport.progressBusySeconds() - busy_before; moved > 0)
+        ctx_.accounting.add(TimeCategory::kTransfer, moved);
+    }
     serveReceived();
     reapReplies();
     if (uint64_t f = ctx_.transport.failureCount(); f != failures_seen_) {
@@ -750,6 +757,7 @@ std::vector<ShardRange> shardRanges(size_t params, int shards) {
 Status runPsServer(NodeContext& ctx) {
   const int shard = ctx.rank - ctx.workers;
   if (shard < 0 || shard >= ctx.servers) return Status::invalidArgument("rank " + std::to_string(ctx.rank) + " is not a server");
+  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, makeModel(ctx.config, 1));
   const ShardRange range = shardRanges(model->numParameters(), ctx.servers)[size_t(shard)];
   SgdOptions o;
@@ -759,12 +767,15 @@ Status runPsServer(NodeContext& ctx) {
   CHAOSBED_ASSIGN_OR_RETURN(Sgd sgd, Sgd::create(o, range.count));
   std::vector<float> params(model->parameters().begin() + long(range.offset),
                             model->parameters().begin() + long(range.offset + range.count));
-  return PsServer(ctx, shard, range, std::move(sgd), std::move(params)).run();
+  PsServer server(ctx, shard, range, std::move(sgd), std::move(params));
+  setting_up.reset();
+  return server.run();
 }
 
 Status runPsWorker(NodeContext& ctx) {
   if (!ctx.data) return Status::invalidArgument("ps worker: no training set loaded");
   if (ctx.servers < 1) return Status::invalidArgument("parameter_server needs at least one server");
+  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
                             makeModel(ctx.config, size_t(ctx.config.batch_per_worker)));
   auto ranges = shardRanges(model->numParameters(), ctx.servers);
@@ -776,7 +787,9 @@ Status runPsWorker(NodeContext& ctx) {
                                   size_t(ctx.config.batch_per_worker)));
   CHAOSBED_ASSIGN_OR_RETURN(EmulatedAccelerator accelerator,
                             EmulatedAccelerator::create(ctx, model->realParameters(), /*allreduce=*/false));
-  return PsWorker(ctx, std::move(model), std::move(ranges), std::move(batches), std::move(accelerator)).run();
+  PsWorker worker(ctx, std::move(model), std::move(ranges), std::move(batches), std::move(accelerator));
+  setting_up.reset();
+  return worker.run();
 }
 
 }  // namespace chaosbed

@@ -107,6 +107,11 @@ struct NodeContext {
   int evaluatorRank() const { return workers + servers; }
   int serverRank(int shard) const { return workers + shard; }
   bool noticeReceived() const { return preempt_notice && preempt_notice->load(std::memory_order_relaxed); }
+  // What a role's set-up (its model, optimizer, data order, restored state) is: a replacement's recovery, a
+  // first process's start-up compute. Set-up runs in a frame of this category, or it is unattributed.
+  TimeCategory setUpCategory() const {
+    return control.incarnation() > 0 ? TimeCategory::kIdleRecovery : TimeCategory::kCompute;
+  }
 };
 
 // A worker's emulated accelerator (core/model/emulation.h): nothing without workload.emulate; otherwise

@@ -258,9 +258,9 @@ std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& 
       name_of = name;
     }
   }
-  // Only a node that was itself busy (working, or held back by its quota) is a bottleneck: a shard that
-  // waited for requests most of its time while the workers waited for its replies points at the wire
-  // between them (a request's own transfer sits in the workers' server idle), not at the shard.
+  // Only a node that was itself busy (working, moving bytes, or held back by its quota) is a bottleneck: a
+  // shard that waited for requests most of its time while the workers waited for its replies points at
+  // the wire between them, not at the shard.
   if (!culprit || share(*culprit, TimeCategory::kIdlePeer) >= 0.5) return std::nullopt;
   StrategyResult::Bottleneck b;
   b.node = name_of;

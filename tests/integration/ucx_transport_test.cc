@@ -118,6 +118,41 @@ TEST(UcxTransport, WildcardReceiveReportsEachSender) {
   expectAllExitZero(mp, seconds(60));
 }
 
+// progressBusySeconds() is the time progress() moved bytes, not the time it waited: a caller books the
+// difference across its wait as transfer (the parameter server's receives), the rest as idle.
+TEST(UcxTransport, ProgressBusySecondsCountsMovingBytesNotWaiting) {
+  MultiProcess mp;
+  ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {
+    auto t = makeTransport(c);
+    const size_t n = 16 << 20;
+    std::byte go{1};
+    if (c.rank() == 0) {
+      std::vector<std::byte> got(1);
+      if (Status s = wait(*t, t->irecv(1, 1, got), deadlineIn(seconds(20))); !s.isOk()) return c.fail("go: " + s.toString());
+      auto data = pattern(n, 0);
+      Status s = send(*t, 1, 2, data, deadlineIn(seconds(20)));
+      return s.isOk() ? 0 : c.fail("send: " + s.toString());
+    }
+    // Nothing can arrive before the go: 300 ms of progress() with nothing to do.
+    const double before_idle = t->progressBusySeconds();
+    for (const Deadline until = deadlineIn(milliseconds(300)); SteadyClock::now() < until;) t->progress(until);
+    const double idle_busy = t->progressBusySeconds() - before_idle;
+    if (idle_busy > 0.03) return c.fail("300 ms of waiting counted " + std::to_string(idle_busy) + " s busy");
+    if (Status s = send(*t, 0, 1, std::span(&go, 1), deadlineIn(seconds(20))); !s.isOk()) return c.fail("go: " + s.toString());
+    std::vector<std::byte> got(n);
+    const double before = t->progressBusySeconds();
+    const auto started = SteadyClock::now();
+    if (Status s = wait(*t, t->irecv(0, 2, got), deadlineIn(seconds(20))); !s.isOk()) return c.fail("recv: " + s.toString());
+    const double wall = std::chrono::duration<double>(SteadyClock::now() - started).count();
+    const double busy = t->progressBusySeconds() - before;
+    if (got != pattern(n, 0)) return c.fail("content");
+    if (busy <= 0 || busy > wall)
+      return c.fail("receiving 16 MiB in " + std::to_string(wall) + " s counted " + std::to_string(busy) + " s busy");
+    return 0;
+  }).isOk());
+  expectAllExitZero(mp, seconds(60));
+}
+
 TEST(UcxTransport, BadArgumentsAndTruncationAreErrorsNotCrashes) {
   MultiProcess mp;
   ASSERT_TRUE(mp.spawnAll(2, [](ChildContext& c) {

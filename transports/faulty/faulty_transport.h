@@ -80,6 +80,7 @@ class FaultyTransport final : public Transport {
   void progress(Deadline until) override { inner_->progress(until); }
   Status peerStatus(int peer) const override { return inner_->peerStatus(peer); }
   uint64_t failureCount() const override { return inner_->failureCount(); }
+  double progressBusySeconds() const override { return inner_->progressBusySeconds(); }
   void failPeer(int peer, const Status& why) override { inner_->failPeer(peer, why); }
   Status reconnect(int peer, Deadline deadline) override { return inner_->reconnect(peer, deadline); }
 

@@ -79,6 +79,7 @@ class LinkShaper final : public Transport {
   void progress(Deadline until) override;
   Status peerStatus(int peer) const override { return inner_->peerStatus(peer); }
   uint64_t failureCount() const override { return inner_->failureCount(); }
+  double progressBusySeconds() const override { return inner_->progressBusySeconds(); }
   void failPeer(int peer, const Status& why) override;
   Status reconnect(int peer, Deadline deadline) override { return inner_->reconnect(peer, deadline); }
 

@@ -440,8 +440,12 @@ void UcxTransport::cancelOp(const OpPtr& op) {
 // Progress
 
 void UcxTransport::progressLocked() {
-  while (ucp_worker_progress(worker_) != 0) {
-  }
+  const auto start = SteadyClock::now();
+  bool advanced = false;
+  while (ucp_worker_progress(worker_) != 0) advanced = true;
+  if (advanced)
+    busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count(),
+                       std::memory_order_relaxed);
   while (!deferred_fail_.empty()) {
     auto [peer, why] = deferred_fail_.back();
     deferred_fail_.pop_back();

@@ -110,6 +110,7 @@ class UcxTransport final : public Transport {
   void progress(Deadline until) override;
   Status peerStatus(int peer) const override;
   uint64_t failureCount() const override { return failure_count_.load(); }
+  double progressBusySeconds() const override { return 1e-9 * double(busy_ns_.load(std::memory_order_relaxed)); }
   void failPeer(int peer, const Status& why) override;
   Status reconnect(int peer, Deadline deadline) override;
 
@@ -200,6 +201,7 @@ class UcxTransport final : public Transport {
   std::atomic<uint64_t> failure_count_{0};
   std::atomic<uint64_t> completions_{0};
   std::atomic<bool> core_shared_{false};  // the last sched_yield in progress() ran another task
+  std::atomic<int64_t> busy_ns_{0};        // time in ucp_worker_progress calls that advanced something
 };
 
 }  // namespace chaosbed::ucx
