@@ -251,8 +251,12 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     }
   }
 
-  // Node isolation only isolates when the quotas fit the machine.
-  const int nodes_per_run = spec.cluster.workers + (spec.hasParameterServer() ? spec.cluster.servers : 0) + 1;
+  // Node isolation only isolates when the quotas fit the machine: the largest run's workers, shards and
+  // evaluator.
+  int shards = 0;
+  for (const spec::StrategySpec& s : spec.strategies)
+    if (s.kind == spec::StrategyKind::kParameterServer) shards = std::max(shards, s.shards);
+  const int nodes_per_run = spec.cluster.workers + shards + 1;
   const double quota = spec.cluster.cpu_per_node * nodes_per_run;
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (quota > double(cores) + 1e-9)
