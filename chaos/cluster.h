@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/isolation/cgroup.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

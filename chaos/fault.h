@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "chaos/event_log.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

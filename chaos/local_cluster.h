@@ -19,7 +19,7 @@
 
 #include "chaos/cluster.h"
 #include "core/isolation/cgroup.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed::chaos {
 

@@ -30,7 +30,7 @@
 
 #include "chaos/actuators/heal.h"
 #include "chaos/event_log.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

@@ -1,12 +1,12 @@
 # Installation: the chaosbed binary (with its man page and bash completion), and the libraries of the lower
 # layers with their headers and an export set, so that another project embeds them with
 #   find_package(chaosbed CONFIG REQUIRED)
-#   target_link_libraries(app PRIVATE chaosbed::chaos)   # or chaosbed::core, chaosbed::transports
+#   target_link_libraries(app PRIVATE chaosbed::chaos)   # or chaosbed::core, chaosbed::transports, chaosbed::base
 # Headers go to <prefix>/include/chaosbed and are included as in the source tree ("transports/collective.h").
 include(CMakePackageConfigHelpers)
 
 # The binary, its man page and its completion: experiments/CMakeLists.txt.
-install(TARGETS chaosbed_transports chaosbed_core chaosbed_chaos EXPORT chaosbedTargets
+install(TARGETS chaosbed_base chaosbed_transports chaosbed_core chaosbed_chaos EXPORT chaosbedTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 foreach(layer transports core chaos)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chaosbed

@@ -49,7 +49,7 @@
 #include <span>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -21,14 +21,10 @@
 #include <span>
 #include <string>
 
-#include "transports/status.h"
+#include "transports/base/deadline.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
-
-using SteadyClock = std::chrono::steady_clock;
-using Deadline = SteadyClock::time_point;
-
-inline Deadline deadlineIn(std::chrono::nanoseconds d) { return SteadyClock::now() + d; }
 
 // User tags must fit in kUserTagBits; backends may use the bits above for the source rank.
 using Tag = uint64_t;

@@ -21,7 +21,7 @@
 #include "chaos/actuators/heal.h"
 #include "chaos/cluster.h"
 #include "chaos/fault.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

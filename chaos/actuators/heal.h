@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chaos/spec.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

@@ -26,7 +26,7 @@
 
 #include "chaos/fault.h"
 #include "core/launcher/launcher.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos::agent_wire {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "chaos/random.h"
+#include "transports/base/random.h"
 
 namespace chaosbed::chaos {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // Drawing a Plan from a ChaosSpec: resolves targets against the cluster's nodes and draws every random
 // quantity (random targets, Poisson arrivals, waves, straggler slowdowns, restart delays, capacity-trace
-// victims) from the run's seed. Fault spec i draws only from streamFor(seed, i) (chaos/random.h), so the
+// victims) from the run's seed. Fault spec i draws only from streamFor(seed, i) (transports/base/random.h), so the
 // same spec and seed give a byte-identical plan and adding a fault does not reshuffle the others.
 //
 // Semantics
@@ -27,7 +27,7 @@
 #include "chaos/cluster.h"
 #include "chaos/fault.h"
 #include "chaos/spec.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

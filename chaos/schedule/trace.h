@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "chaos/fault.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::chaos {
 

@@ -51,7 +51,6 @@ uint32_t crc(uint32_t running, const void* data, size_t n) {
 
 uint32_t headerCrc(const Header& h) { return crc(0, &h, offsetof(Header, header_crc)); }
 
-std::string errnoText(int err) { return std::strerror(err); }
 
 // Writes the payload through a staging buffer, keeping its CRC and length.
 class PayloadWriter {

@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -15,7 +15,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::config {
 

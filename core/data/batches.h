@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/data/dataset.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::data {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::data {
 

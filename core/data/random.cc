@@ -4,15 +4,12 @@
 #include <numbers>
 #include <utility>
 
+#include "transports/base/random.h"
+
 namespace chaosbed::data {
 namespace {
 
-uint64_t splitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t splitMix(uint64_t x) { return mix64(x + 0x9e3779b97f4a7c15ULL); }
 
 }  // namespace
 

@@ -26,7 +26,7 @@
 #include "core/data/dataset.h"
 #include "core/model/emulation.h"
 #include "core/model/model.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed::eval {

@@ -26,7 +26,6 @@ constexpr const char* kBaseDir = "chaosbed";
 constexpr long kPeriodUs = 100000;  // 100 ms: CFS's default period
 constexpr double kMinCpus = 0.01;   // 1 ms per period: the kernel's minimum quota
 
-std::string errnoText(int err) { return std::strerror(err); }
 
 Status writeFile(const std::string& path, const std::string& content) {
   int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);

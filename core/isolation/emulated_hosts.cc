@@ -15,8 +15,6 @@ namespace {
 
 constexpr double kCommandTimeoutS = 10;
 
-std::string errnoText(int err) { return std::strerror(err); }
-
 // Runs fn on a thread of its own that has entered the network namespace `fd` (-1: a new one): a thread's
 // namespace is its own, so the caller's threads never leave theirs.
 template <typename Fn>

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

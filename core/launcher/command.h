@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

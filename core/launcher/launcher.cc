@@ -26,7 +26,6 @@ namespace {
 constexpr auto kExecTimeout = std::chrono::seconds(10);  // fork to exec, normally well under 10 ms
 constexpr auto kKillTimeout = std::chrono::seconds(10);  // SIGKILL to reaped
 
-std::string errnoText(int err) { return std::strerror(err); }
 
 Status validNodeName(const std::string& name) {
   if (name.empty() || name == "." || name == "..")

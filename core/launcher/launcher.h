@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "core/isolation/cgroup.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -38,8 +38,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/metrics/cpu_wait.h"
-#include "transports/status.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/status.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed {
 

@@ -9,7 +9,7 @@
 
 #include "core/metrics/prometheus_http_server.h"
 #include "core/metrics/prometheus_scrape.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>

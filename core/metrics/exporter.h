@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/metrics/accounting.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed {
 

@@ -32,7 +32,7 @@
 #include <optional>
 #include <string>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

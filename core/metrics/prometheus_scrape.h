@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::model {
 

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

@@ -40,8 +40,8 @@
 #include "core/metrics/accounting.h"
 #include "core/runtime/link_command.h"
 #include "transports/bootstrap/store.h"
-#include "transports/status.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/status.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed {
 

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

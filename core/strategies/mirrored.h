@@ -58,7 +58,7 @@
 
 #include "core/data/dataset.h"
 #include "core/strategies/strategy.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::cli {
 

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::report {
 

@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::run {
 

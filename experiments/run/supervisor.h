@@ -33,7 +33,7 @@
 #include "core/strategies/strategy.h"
 #include "experiments/run/node_config.h"
 #include "experiments/run/results.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed::run::detail {
 

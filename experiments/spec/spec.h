@@ -44,7 +44,7 @@
 #include "core/model/emulation.h"
 #include "chaos/spec.h"
 #include "core/config/config.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::spec {
 

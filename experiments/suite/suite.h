@@ -42,7 +42,7 @@
 
 #include "core/config/config.h"
 #include "experiments/spec/spec.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::suite {
 

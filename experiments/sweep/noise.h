@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "experiments/sweep/sweep.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::sweep {
 

@@ -10,6 +10,7 @@
 
 #include "experiments/report/report.h"
 #include "experiments/run/results.h"
+#include "transports/base/random.h"
 
 namespace chaosbed::sweep {
 namespace {
@@ -385,19 +386,12 @@ std::optional<PairedRatio> pairedRatio(const std::vector<std::pair<std::optional
   double sum = 0;
   for (double l : logs) sum += l;
   out.geomean = std::exp(sum / double(logs.size()));
-  // SplitMix64: a fixed stream per seed, so the same sweep gives the same interval.
-  uint64_t state = seed;
-  auto next = [&state] {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
+  Rng rng(seed);  // a fixed stream per seed, so the same sweep gives the same interval
   std::vector<double> means;
   means.reserve(size_t(resamples));
   for (int r = 0; r < resamples; ++r) {
     double s = 0;
-    for (size_t i = 0; i < logs.size(); ++i) s += logs[next() % logs.size()];
+    for (size_t i = 0; i < logs.size(); ++i) s += logs[rng.below(logs.size())];
     means.push_back(s / double(logs.size()));
   }
   std::sort(means.begin(), means.end());

@@ -43,7 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/spec/spec.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::sweep {
 

@@ -24,7 +24,7 @@
 
 #include "experiments/spec/spec.h"
 #include "experiments/sweep/sweep.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed::tune {
 

@@ -1,9 +1,9 @@
-#include "chaos/random.h"
+#include "transports/base/random.h"
 
 #include <cmath>
 #include <numeric>
 
-namespace chaosbed::chaos {
+namespace chaosbed {
 
 uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -80,4 +80,4 @@ std::vector<int> Rng::choose(int n, int k) {
   return idx;
 }
 
-}  // namespace chaosbed::chaos
+}  // namespace chaosbed

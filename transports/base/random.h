@@ -1,6 +1,8 @@
 #pragma once
-// Portable, seeded randomness for chaos schedules. Every draw of a schedule comes from here so that the same
-// spec and seed give a byte-identical plan on every platform and standard library.
+// Portable, seeded randomness: chaos schedules, bootstrap resampling, anything that must give the same draws
+// from the same seed on every platform and standard library (a chaos plan is byte-identical across them).
+// Training data order and initialisation keep their own engine (core/data/random.h, std::mt19937_64) so that
+// a seed trains the model it always trained; they mix seeds with mix64 from here.
 //
 // Generator: SplitMix64 (Steele, Lea, Flood 2014): state += 0x9E3779B97F4A7C15, then the murmur3-style
 // finaliser. Streams: streamFor(seed, a, b) mixes seed, a and b through the same finaliser, so fault i's
@@ -12,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace chaosbed::chaos {
+namespace chaosbed {
 
 class Rng {
  public:
@@ -43,4 +45,4 @@ uint64_t mix64(uint64_t x);
 // An independent stream for (seed, a, b), e.g. (seed, fault index, 0).
 Rng streamFor(uint64_t seed, uint64_t a, uint64_t b = 0);
 
-}  // namespace chaosbed::chaos
+}  // namespace chaosbed

@@ -1,4 +1,7 @@
-#include "transports/status.h"
+#include "transports/base/status.h"
+
+#include <cerrno>
+#include <cstring>
 
 namespace chaosbed {
 
@@ -18,6 +21,14 @@ const char* statusCodeName(StatusCode code) {
   }
   return "Unknown";
 }
+
+std::string errnoText(int err) {
+  char buf[256];
+  // GNU strerror_r: returns the message, in buf or a static string.
+  return ::strerror_r(err, buf, sizeof buf);
+}
+
+std::string errnoText(const char* what) { return std::string(what) + ": " + errnoText(errno); }
 
 std::string Status::toString() const {
   if (isOk()) return "OK";

@@ -27,6 +27,11 @@ enum class StatusCode : uint8_t {
 
 const char* statusCodeName(StatusCode code);
 
+// The text of an errno value (strerror's, without its shared buffer).
+std::string errnoText(int err);
+// "what: <the text of errno>", for the call that just failed and set errno.
+std::string errnoText(const char* what);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK

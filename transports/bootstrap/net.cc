@@ -16,8 +16,6 @@
 namespace chaosbed::net {
 namespace {
 
-std::string errnoText(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
-
 Result<sockaddr_in> resolve(const HostPort& hp) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;

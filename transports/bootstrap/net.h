@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 struct sockaddr;

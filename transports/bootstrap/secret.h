@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "transports/status.h"
+#include "transports/base/status.h"
 
 namespace chaosbed {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed {
 namespace {

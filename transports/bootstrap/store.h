@@ -46,7 +46,7 @@
 
 #include "transports/bootstrap/net.h"
 #include "transports/bootstrap/secret.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
 
 namespace chaosbed {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "transports/transport.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed {
 

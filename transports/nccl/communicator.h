@@ -41,9 +41,9 @@
 #include <string>
 
 #include "transports/bootstrap/store.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed::nccl {
 

@@ -17,7 +17,7 @@
 #include <optional>
 
 #include "transports/nccl/communicator.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed::nccl {
 namespace {
@@ -36,7 +36,6 @@ Status notViable(const std::string& reason) {
   return Status::unavailable("not viable: no CUDA device (" + reason + ")");
 }
 
-std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 [[noreturn]] void runProbeChild(int fd) {
   ProbeReply reply{};

@@ -23,9 +23,9 @@
 
 #include "transports/bootstrap/net.h"
 #include "transports/bootstrap/secret.h"
-#include "transports/status.h"
+#include "transports/base/status.h"
 #include "transports/transport.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 
 namespace chaosbed::ucx {
 

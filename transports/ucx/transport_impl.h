@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "transports/bootstrap/net.h"
-#include "transports/thread_annotations.h"
+#include "transports/base/thread_annotations.h"
 #include "transports/ucx/control.h"
 #include "transports/ucx/transport.h"
 

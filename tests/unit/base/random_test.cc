@@ -1,14 +1,14 @@
-#include "chaos/random.h"
+#include "transports/base/random.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
-namespace chaosbed::chaos {
+namespace chaosbed {
 namespace {
 
-TEST(ChaosRandom, SplitMix64KnownSequence) {
+TEST(BaseRandom, SplitMix64KnownSequence) {
   // Reference values of SplitMix64 seeded with 0 (the published test vector): the generator is portable.
   Rng r(0);
   EXPECT_EQ(r.next(), 0xE220A8397B1DCDAFULL);
@@ -16,14 +16,14 @@ TEST(ChaosRandom, SplitMix64KnownSequence) {
   EXPECT_EQ(r.next(), 0x06C45D188009454FULL);
 }
 
-TEST(ChaosRandom, StreamsAreIndependentOfEachOther) {
+TEST(BaseRandom, StreamsAreIndependentOfEachOther) {
   EXPECT_EQ(streamFor(7, 1).next(), streamFor(7, 1).next());
   EXPECT_NE(streamFor(7, 1).next(), streamFor(7, 2).next());
   EXPECT_NE(streamFor(7, 1).next(), streamFor(8, 1).next());
   EXPECT_NE(streamFor(7, 1, 0).next(), streamFor(7, 1, 1).next());
 }
 
-TEST(ChaosRandom, ExponentialMeanWithinFourSigma) {
+TEST(BaseRandom, ExponentialMeanWithinFourSigma) {
   Rng r(42);
   const int n = 100000;
   const double mean = 3.0;
@@ -33,7 +33,7 @@ TEST(ChaosRandom, ExponentialMeanWithinFourSigma) {
   EXPECT_NEAR(sum / n, mean, 4 * mean / std::sqrt(n));
 }
 
-TEST(ChaosRandom, NormalMomentsWithinFourSigma) {
+TEST(BaseRandom, NormalMomentsWithinFourSigma) {
   Rng r(1);
   const int n = 100000;
   double sum = 0, sq = 0;
@@ -47,7 +47,7 @@ TEST(ChaosRandom, NormalMomentsWithinFourSigma) {
   EXPECT_NEAR(sq / n, 1.0, 4 * std::sqrt(2.0 / n));
 }
 
-TEST(ChaosRandom, ParetoAndLognormalMedians) {
+TEST(BaseRandom, ParetoAndLognormalMedians) {
   Rng r(3);
   const int n = 20001;
   std::vector<double> p, l;
@@ -62,7 +62,7 @@ TEST(ChaosRandom, ParetoAndLognormalMedians) {
   EXPECT_GE(*std::min_element(p.begin(), p.end()), 1.0);
 }
 
-TEST(ChaosRandom, ChooseGivesDistinctIndices) {
+TEST(BaseRandom, ChooseGivesDistinctIndices) {
   Rng r(5);
   for (int trial = 0; trial < 100; ++trial) {
     std::vector<int> c = r.choose(10, 4);
@@ -74,4 +74,4 @@ TEST(ChaosRandom, ChooseGivesDistinctIndices) {
 }
 
 }  // namespace
-}  // namespace chaosbed::chaos
+}  // namespace chaosbed
