@@ -40,7 +40,9 @@ TEST(BenchPs, PrintsOneJsonRowPerWorkerCountOnStdout) {
     EXPECT_NEAR(j["pushes_per_s"].get<double>(), sum, 1e-6 * sum);
     EXPECT_GT(j["server_bound_pushes_per_s"].get<double>(), 0.0);
     EXPECT_LE(j["limit_pushes_per_s"].get<double>(), row * j["one_worker_pushes_per_s"].get<double>() * (1 + 1e-9));
-    if (row == 1) EXPECT_DOUBLE_EQ(j["of_limit"].get<double>(), 1.0) << "one worker is its own limit";
+    if (row == 1) {
+      EXPECT_DOUBLE_EQ(j["of_limit"].get<double>(), 1.0) << "one worker is its own limit";
+    }
   }
   EXPECT_EQ(row, 2);
 }
