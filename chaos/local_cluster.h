@@ -1,6 +1,6 @@
 #pragma once
 // LocalCluster: a Cluster of forked child processes on this machine, for the chaos tests and the fidelity
-// benchmark (the real launcher lives in experiments/launcher). Each node is a child that leads its own
+// benchmark (the real launcher lives in core/launcher). Each node is a child that leads its own
 // process group, dies with this process (PR_SET_PDEATHSIG), optionally runs in its own NodeCgroup with a
 // CPU quota, and runs `body(node)` until killed (body must not return; if it does the child exits 0).
 //

@@ -1,6 +1,6 @@
 #pragma once
 // SnapshotEvaluator: evaluates parameter snapshots on a held-out set on its own thread, off the training
-// critical path, and derives time-to-accuracy (TTA) as DESIGN.md defines it: the wall time of the FIRST
+// critical path, and derives time-to-accuracy (TTA) as docs/design.md defines it: the wall time of the FIRST
 // SNAPSHOT whose accuracy reaches the target (the snapshot's time counts, not the time its evaluation ended).
 //
 // Contract

@@ -286,15 +286,14 @@ double Accounting::interruptedWithinLocked(Clock::time_point from, Clock::time_p
   return interrupted;
 }
 
-Accounting::Frame::Frame(Accounting& a, TimeCategory c) : a_(a), c_(c) {
+Accounting::Frame::Frame(Accounting& a, TimeCategory c) : a_(a), c_(c), start_(Clock::now()) {
   MutexLock lock(a_.mu_);
-  // The start is read under the lock, after the kernel's counts. Read before it, a freeze that caught this
-  // thread on its way in (the freezer stops a thread as it enters the kernel, waiting for this lock, say)
-  // was booked as paused before the frame's first booking and again inside its wall: a worker paused for
-  // 5 s booked 10. Under a quota: the throttling up to the start is the time before the frame's.
-  a_.tickLocked(Clock::now());
-  start_ = Clock::now();
-  booked_at_start_ = a_.bookedLocked();
+  // Under a quota: the throttling up to the start is the time before the frame's, not this frame's.
+  a_.tickLocked(start_);
+  // What was already recorded inside this frame's wall is the frame's: a freeze that caught this thread
+  // waiting for the lock (the freezer stops a thread as it enters the kernel) was recorded by the watch
+  // before this point, and a worker paused for 5 s booked 10.
+  booked_at_start_ = a_.bookedLocked() - a_.interruptedWithinLocked(start_, Clock::now());
 }
 
 Accounting::Frame::~Frame() {

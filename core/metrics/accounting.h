@@ -1,6 +1,6 @@
 #pragma once
 // Accounting: where a node's wall time goes and what its work was worth, with the definitions of
-// DESIGN.md ("Measurements"):
+// docs/design.md (4, "Metric definitions"):
 // - compute: forward/backward/update; transfer: moving data (not waiting for others); checkpoint: saving
 //   the node's state (its own time: others waiting for it book peer idle);
 // - idle, by reason: peer (slower, paused or dead peers at a collective or a staleness bound), server

@@ -3,7 +3,7 @@
 // cumulative bucket counts). prometheus-cpp's own Counter/Histogram types only accumulate increments, which
 // would lose the "summed over incarnations, never decreasing" values the controller already computed.
 // prometheus-cpp's TextSerializer writes the exposition; HttpMetricsServer serves it (see its header for
-// why not prometheus::Exposer); prometheus::Gateway pushes it.
+// why not prometheus::Exposer); push() PUTs it to a Pushgateway with this project's own HTTP client.
 
 #include "core/metrics/exporter.h"
 

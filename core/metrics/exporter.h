@@ -47,7 +47,7 @@ class MetricsExporter {
   virtual void faultInjected(const std::string& experiment, const std::string& strategy, const std::string& fault) = 0;
   virtual void setFaultsActive(const std::string& experiment, const std::string& strategy, const std::string& fault, int active) = 0;
   virtual void setFaultLeaks(const std::string& experiment, const std::string& strategy, int64_t leaks) = 0;
-  // A failure's recovery time (DESIGN.md: from the fault's effect to the first completed step after it).
+  // A failure's recovery time (docs/design.md: from the fault's effect to the first completed step after it).
   virtual void recovery(const std::string& experiment, const std::string& strategy, double seconds) = 0;
   // Run progress for "stuck" alerts: wall seconds since the strategy's training started; 1 while running.
   virtual void setRunning(const std::string& experiment, const std::string& strategy, bool running, double elapsed_s) = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // The evaluator role: receives parameter snapshots and measures test accuracy off the training critical
-// path (DESIGN.md: TTA counts the snapshot's time, not the evaluation's).
+// path (docs/design.md: TTA counts the snapshot's time, not the evaluation's).
 // - mirrored: the lowest live worker sends whole-model snapshots (kSnapshotTag, core/strategies/tags.h);
 // - parameter_server: every server sends its shard at each tick (kShardSnapshotTag); the evaluator
 //   assembles the shards of a tick and evaluates the tick once every shard has arrived (a tick left

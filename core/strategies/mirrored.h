@@ -1,6 +1,6 @@
 #pragma once
 // The `mirrored` strategy: synchronous data parallel training (TF MultiWorkerMirrored, PyTorch DDP) over
-// the worker ranks of ctx.transport, with the failure policies of DESIGN.md ("Strategies").
+// the worker ranks of ctx.transport, with the failure policies of docs/design.md 3.
 //
 // One step, on every member of the current membership (sorted ranks; member i = position i):
 //   1. data: a GLOBAL batch of members x batch_per_worker samples, taken in order from the permutation of

@@ -9,7 +9,7 @@
 //
 // Transport ranks: workers are 0..workers-1, servers workers..workers+servers-1, the evaluator is the last
 // rank (workers + servers). Roles account every second of their wall time in ctx.accounting (compute,
-// transfer, idle by reason: DESIGN.md "Measurements"), and tell the controller about recoveries, rollbacks
+// transfer, idle by reason: docs/design.md 4, "Metric definitions"), and tell the controller about recoveries, rollbacks
 // and checkpoints through ctx.control.event(...).
 //
 // Failures: a lost peer surfaces as PeerLost from the transport (the UCX backend detects a killed process

@@ -1,5 +1,5 @@
 // `chaosbed train`: single-node training to a target test accuracy, with time-to-accuracy measured as
-// DESIGN.md defines it (parameter snapshots at fixed wall intervals, evaluated off the critical path by
+// docs/design.md defines it (parameter snapshots at fixed wall intervals, evaluated off the critical path by
 // core/eval's SnapshotEvaluator).
 //   chaosbed train [--model mlp|cnn|resnet] [--dataset fashion-mnist|mnist|synthetic] [--data_dir DIR]
 //                  [--layers 784,256,128,10 (mlp)]

@@ -1,6 +1,6 @@
 #pragma once
 // Runs one strategy of an experiment: launches its nodes as processes, hosts its control plane (membership,
-// stop), executes the experiment's chaos plan against it, and measures it (DESIGN.md "Measurements").
+// stop), executes the experiment's chaos plan against it, and measures it (docs/design.md 4, "Metric definitions").
 //
 // The supervisor is the membership authority, like a Kubernetes operator or torchrun's rendezvous:
 // - a node that dies on its own (crash, kill -9 by hand) is replaced after cluster.restart_after_s; a node

@@ -1,7 +1,7 @@
 // Acceptance (issue #4): a node SIGKILLed early in a run, under each failure policy (mirrored restart and
 // elastic; parameter server losing a worker, or its only shard under shard_restart and job_restart), comes
 // back and the run still reaches its target; summary.json and events.jsonl record the kill, the recovery
-// and its time, idle wait by the reason DESIGN.md gives for that policy, and an accounting that adds up.
+// and its time, idle wait by the reason docs/design.md gives for that policy, and an accounting that adds up.
 //
 // Each case is a small synthetic spec run by the chaosbed binary as a user runs it. Step rates differ by two
 // orders of magnitude between an idle and a loaded machine (the parameter server makes ~5000 updates/s idle,

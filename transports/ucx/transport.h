@@ -12,7 +12,7 @@
 // UCX as they are (contiguous, no staging copy): large messages use UCX's rendezvous zero-copy protocols.
 //
 // Failure detection. The data endpoints use UCP_ERR_HANDLING_MODE_NONE: peer error mode disables UCX's fast
-// shared-memory paths (16 MiB bandwidth 5.8 -> 2.2 GB/s here, DESIGN.md), which benchmarks use
+// shared-memory paths (16 MiB bandwidth 5.8 -> 2.2 GB/s here, docs/design.md), which benchmarks use
 // (UcxOptions::shared_memory). Peer loss is detected instead on a
 // CONTROL path: a TCP connection between every pair of ranks (each rank dials every peer's listener and
 // accepts theirs, each side saying hello {rank, incarnation}), watched by one thread with poll(). The kernel
