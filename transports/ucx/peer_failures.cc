@@ -46,21 +46,11 @@ void UcxTransport::closeEndpointLocked(int peer) {
     ep = nullptr;
     return;
   }
-  // Always a flushing close. UCX accepts UCP_EP_CLOSE_FLAG_FORCE only for endpoints in peer error mode (1.13
-  // returns UCS_ERR_INVALID_PARAM and leaves the endpoint open); ours are not (see the header). A live
-  // peer still gets what the endpoint carries; toward a gone one the close never completes, and its request
-  // is released with the worker. Either way UCX may still read the buffers of sends it holds (transport.h).
-  ucp_request_param_t close{};
-  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  close.flags = 0;
-  void* req = ucp_ep_close_nbx(ep, &close);
-  if (UCS_PTR_IS_PTR(req)) {
-    closing_.push_back(req);
-  } else if (UCS_PTR_IS_ERR(req)) {
-    // Toward a gone peer UCX has usually failed the endpoint already (UCS_ERR_ENDPOINT_TIMEOUT): routine.
-    LOG_IF(WARNING, !peerGone(peer)) << "ucx rank " << rank_ << ": closing the endpoint to live rank " << peer
-                                     << ": " << ucsText(UCS_PTR_STATUS(req));
-  }
+  // Toward a gone peer the endpoint is left open and released with the worker (ucp_worker_destroy destroys
+  // every endpoint it still has, without a flush). A flushing close there could never complete, and UCX
+  // 1.13 can abort on it: once the endpoint fails (endpoint timeout), the TCP transport completes the flush
+  // a second time (uct_iface.h assertion comp->count > 0). A forced close exists only in peer error mode,
+  // which ours are not (see the header).
   ep = nullptr;
 }
 

@@ -267,6 +267,8 @@ void UcxTransport::shutdown() {
     ucp_request_param_t close{};
     close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     close.flags = 0;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peerGone(peer)) closeEndpointLocked(peer);  // no flush toward a gone peer
     eps_.insert(eps_.end(), retired_eps_.begin(), retired_eps_.end());
     retired_eps_.clear();
     for (ucp_ep_h& ep : eps_) {
@@ -420,11 +422,20 @@ void UcxTransport::cancelOp(const OpPtr& op) {
   if (!op->is_send) {
     ucp_request_cancel(worker_, op->ucx_req);  // an unmatched receive completes here
     if (op->done.load()) return;
-    // Matched: the data is in flight. Let the transfer finish briefly rather than abandon the sender.
-    Deadline limit = deadlineIn(std::chrono::milliseconds(100));
-    while (!op->done.load() && SteadyClock::now() < limit) progressLocked();
-    if (op->done.load()) return;
   }
+  // A matched receive, or a send: the data may be in flight, with a live peer waiting on it. Let the
+  // transfer finish briefly rather than abandon the endpoint with UCX still moving it: if the peer then
+  // exits, UCX 1.13 fails the endpoint and can complete the transfer twice (an assertion abort). Only while
+  // something moves: a paused peer, or one that never matched the send, is not waited for.
+  auto peer_alive = [&] { return op->peer == kAnyPeer || !peerGone(op->peer); };
+  const Deadline limit = deadlineIn(std::chrono::milliseconds(100));
+  Deadline still_until = deadlineIn(std::chrono::milliseconds(25));
+  while (!op->done.load() && peer_alive()) {
+    const auto now = SteadyClock::now();
+    if (now >= limit || now >= still_until) break;
+    if (progressLocked()) still_until = now + std::chrono::milliseconds(25);
+  }
+  if (op->done.load()) return;
   if (op->peer != kAnyPeer) {
     // A send cannot be recalled once UCX has started it: abandon the endpoint (the peer then reads as
     // failed until reconnect). The endpoint is retired with a flush (closeEndpointLocked), so a live peer
@@ -439,7 +450,7 @@ void UcxTransport::cancelOp(const OpPtr& op) {
 // ---------------------------------------------------------------------------------------------------------
 // Progress
 
-void UcxTransport::progressLocked() {
+bool UcxTransport::progressLocked() {
   const auto start = SteadyClock::now();
   bool advanced = false;
   while (ucp_worker_progress(worker_) != 0) advanced = true;
@@ -458,6 +469,7 @@ void UcxTransport::progressLocked() {
       return true;
     });
   }
+  return advanced;
 }
 
 void UcxTransport::progress(Deadline until) {

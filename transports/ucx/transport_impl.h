@@ -156,7 +156,8 @@ class UcxTransport final : public Transport {
   Status outcome(Op* op, ucs_status_t st, const ucp_tag_recv_info_t* info) CHAOSBED_REQUIRES(worker_mu_);
   void postedLocked(const OpPtr& op, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info)
       CHAOSBED_REQUIRES(worker_mu_);
-  void progressLocked() CHAOSBED_REQUIRES(worker_mu_);
+  // Progresses the worker until it is idle; whether anything advanced.
+  bool progressLocked() CHAOSBED_REQUIRES(worker_mu_);
   // Sets the sticky failure (false when the peer had failed already); `routine` only lowers the log level.
   bool markFailed(int peer, const Status& why, bool routine = false) CHAOSBED_EXCLUDES(state_mu_);
   // Fails the peer's pending operations; a crashed peer (not an orderly close) also unsticks wildcard receives.
