@@ -17,6 +17,7 @@ constexpr size_t kNonceBytes = 16;
 constexpr size_t kIdentityBytes = 12;
 constexpr size_t kHelloSize = kIdentityBytes + kNonceBytes + Secret::kMacBytes;
 constexpr char kHelloLabel[] = "chaosbed mesh hello";
+constexpr char kGoodbyeLabel[] = "chaosbed mesh goodbye";
 constexpr auto kHelloTimeout = std::chrono::seconds(2);
 
 std::string identity(int rank, uint64_t incarnation) {
@@ -31,6 +32,14 @@ std::string helloTranscript(std::string_view nonce, std::string_view dialler, in
   std::string t(nonce);
   t.append(dialler);
   t.append(identity(acceptor, acceptor_incarnation));
+  return t;
+}
+
+std::string goodbyeTranscript(std::string_view nonce, int sender, uint64_t sender_incarnation, int receiver,
+                              uint64_t receiver_incarnation) {
+  std::string t(nonce);
+  t.append(identity(sender, sender_incarnation));
+  t.append(identity(receiver, receiver_incarnation));
   return t;
 }
 
@@ -88,6 +97,7 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
   conn->fd = std::move(fd).value();
   conn->peer = peer;
   conn->incarnation = peer_incarnation;
+  conn->nonce = nonce;
   {
     MutexLock lock(mu_);
     conns_.push_back(std::move(conn));
@@ -98,9 +108,11 @@ Status ControlMesh::dial(int peer, uint64_t peer_incarnation, const net::HostPor
 
 void ControlMesh::sayGoodbye() {
   MutexLock lock(mu_);
-  const char bye = 'B';
   for (auto& c : conns_) {
-    ssize_t n = ::send(c->fd.get(), &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (c->peer < 0) continue;
+    const Secret::Mac bye =
+        secret_.mac(kGoodbyeLabel, goodbyeTranscript(c->nonce, rank_, incarnation_, c->peer, c->incarnation));
+    ssize_t n = ::send(c->fd.get(), bye.data(), bye.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)n;  // best effort: a peer that misses it only logs the exit as a crash
   }
 }
@@ -110,6 +122,17 @@ bool ControlMesh::alive(int peer, uint64_t incarnation) const {
   for (const auto& c : conns_)
     if (c->peer == peer && c->incarnation == incarnation) return true;
   return false;
+}
+
+void ControlMesh::readGoodbye(Conn& c, std::string_view bytes) {
+  if (c.bye.size() >= Secret::kMacBytes) return;  // one goodbye per connection; anything after it is ignored
+  c.bye.append(bytes.substr(0, Secret::kMacBytes - c.bye.size()));
+  if (c.bye.size() < Secret::kMacBytes) return;
+  if (secret_.verify(kGoodbyeLabel, goodbyeTranscript(c.nonce, c.peer, c.incarnation, rank_, incarnation_), c.bye)) {
+    c.goodbye = true;
+  } else {
+    noteRejected("a goodbye that did not prove the run's secret");
+  }
 }
 
 void ControlMesh::noteRejected(const char* what) {
@@ -205,10 +228,11 @@ void ControlMesh::loop() {
             MutexLock lock(mu_);
             c->peer = peer;
             c->incarnation = inc;
+            c->nonce = std::string(nonce);
             c->hello_deadline = Deadline::max();
           }
         }
-        if (static_cast<size_t>(n) > used && c->peer >= 0) c->goodbye = true;
+        if (c->peer >= 0 && static_cast<size_t>(n) > used) readGoodbye(*c, std::string_view(buf + used, size_t(n) - used));
         continue;
       }
       // EOF or a socket error: the process at the other end closed it or died.

@@ -9,7 +9,10 @@
 // a connection whose hello is wrong or replayed, or missing after 2 s, is closed and logged (rate-limited)
 // and never reported as a loss. One watcher thread polls all of them; when an identified connection reaches
 // EOF or an error, the process at the other end is gone, and on_lost(rank, incarnation) is called from the
-// watcher thread (no mesh lock held). Nothing else is ever sent on these connections.
+// watcher thread (no mesh lock held). The only other frame is a goodbye, sent by a process that closes its
+// transport on purpose: HMAC(secret, "chaosbed mesh goodbye", the connection's nonce|sender|receiver), so
+// that only the process at the other end can call its exit orderly (a goodbye that fails the check is
+// logged and ignored: the EOF that follows then reads as a crash).
 
 #include <atomic>
 #include <cstdint>
@@ -56,14 +59,18 @@ class ControlMesh {
     uint64_t incarnation = 0;
     Deadline hello_deadline = Deadline::max();  // accepted connections: closed unless identified by then
     std::string hello;         // bytes of an incomplete hello
-    bool goodbye = false;      // the peer announced an orderly exit
+    std::string nonce;         // the hello's: binds a goodbye to this connection
+    std::string bye;           // bytes of an incomplete goodbye
+    bool goodbye = false;      // the peer announced an orderly exit, with a valid proof
   };
 
   ControlMesh(int rank, uint64_t incarnation, net::FileDescriptor listener, net::HostPort address,
               net::FileDescriptor wake, const Secret& secret, LostFn on_lost);
   void loop();
   void wake();
-  void noteRejected(const char* what);  // rate-limited log of an unauthenticated connection
+  void noteRejected(const char* what);  // rate-limited log of an unauthenticated connection or frame
+  // Collects a goodbye's proof from bytes after the hello; marks the connection's exit orderly once it checks.
+  void readGoodbye(Conn& c, std::string_view bytes);
 
   const int rank_;
   const uint64_t incarnation_;

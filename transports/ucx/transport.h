@@ -20,12 +20,15 @@
 // means that process is gone: the watcher first drains messages that already arrived (progresses the
 // worker until idle), then calls failPeer(rank, PeerLost): the peer's data endpoint is closed, its posted
 // receives are cancelled, and every pending and later operation with it completes with the sticky status.
-// Detection takes milliseconds after a SIGKILL. Endpoints are always closed with a flush, never forced:
-// UCX defines UCP_EP_CLOSE_FLAG_FORCE only in peer error mode (1.13 refuses it otherwise and leaves the
-// endpoint open), so a live peer (failed by a cancelled send or a control-plane verdict) still receives
-// what its endpoint carried, and a gone peer's close simply never completes (released with the worker).
+// Detection takes milliseconds after a SIGKILL. Endpoints to live peers are closed with a flush, never
+// forced: UCX defines UCP_EP_CLOSE_FLAG_FORCE only in peer error mode (1.13 refuses it otherwise and leaves
+// the endpoint open), so a live peer (failed by a cancelled send or a control-plane verdict) still receives
+// what its endpoint carried. A gone peer's endpoint is not closed but released with the worker: its flush
+// could never complete, and UCX 1.13 can abort on it (peer_failures.cc). (Peer error mode itself is no way
+// out in 1.13: it tracks requests that ucp_worker_destroy then asserts on.)
 // TCP rather than a second UCP worker in peer error mode: it needs no extra progress, works the same over
-// every UCX transport, and an orderly exit and a crash look alike (both close the socket). A paused
+// every UCX transport, and it catches an orderly exit and a crash alike (both close the socket; an orderly
+// exit first sends a goodbye that proves the run's secret, control.h, so that it is logged as routine). A paused
 // (SIGSTOPped) peer keeps its sockets open: only the caller's deadline catches it (waitAll -> Timeout).
 //
 // Threads. UCS_THREAD_MODE_SERIALIZED: any caller thread may enter, and one mutex (worker_mu_) serialises
