@@ -10,7 +10,7 @@
   bench/plot.py SWEEP_DIR_OR_CSV [--out DIR] [--formats pdf,svg]
       sweep.*      mean TTA with its 95% CI against the first swept variable per strategy (hollow: some runs
                    never reached the target, so the mean is over those that did), and the TTA ratio paired by
-                   seed (parameter server / mirrored) with its bootstrap CI
+                   seed (parameter server / mirrored) with its interval (sweep.csv's paired_*)
 
 The figures default to RESULTS_DIR/figures (or the sweep directory's). Needs Debian's python3-matplotlib.
 Exit 0 written, 2 bad input (the file and line are named), 4 matplotlib missing.
@@ -337,13 +337,13 @@ def plot_sweep(plt, csv_path, out_dir, formats):
         for r in summaries:
             x = x_of(r)
             if (r["strategy"] != label or tuple(r[c] for c in series_cols) != key or x is None
-                    or r.get("paired_ratio_geomean", "") == ""):
+                    or r.get("paired_ratio", "") == ""):
                 continue
-            v = field(r, "paired_ratio_geomean")
-            # Too few pairs for a bootstrap CI leave its bounds empty: show the point alone.
-            lo = field(r, "paired_ci95_low") if r.get("paired_ci95_low", "") != "" else v
-            hi = field(r, "paired_ci95_high") if r.get("paired_ci95_high", "") != "" else v
-            pts.append((x, v, lo, hi))
+            v = field(r, "paired_ratio")
+            # An unknown bound (one pair; a censored pair's side) is 0 or inf: drawn as a bar out to 10x.
+            lo = field(r, "paired_low") if r.get("paired_low", "") != "" else v
+            hi = v * 10 if r.get("paired_high", "") in ("", "inf") else field(r, "paired_high")
+            pts.append((x, v, lo if lo > 0 else v / 10, hi))
         pts.sort()
         if pts:
             name = series_name(label, key)
@@ -362,7 +362,7 @@ def plot_sweep(plt, csv_path, out_dir, formats):
     ax.set_ylabel("time to accuracy (s), mean and 95% CI")
     ax.set_title("hollow: some runs never reached the target", fontsize=8, loc="left")
     ax.legend(fontsize=8)
-    ax_ratio.set_ylabel("TTA ratio paired by seed (geometric mean)")
+    ax_ratio.set_ylabel("TTA ratio paired by seed")
     ax_ratio.set_title("< 1: the parameter server is faster", fontsize=8, loc="left")
     if ratio_pts:
         ax_ratio.legend(fontsize=8)

@@ -36,7 +36,7 @@ packages=(
   # core
   libgflags-dev libgoogle-glog-dev libopenblas-dev libopenblas0-pthread zlib1g-dev
   # experiments and observability
-  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev
+  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libboost-dev
   # tests
   googletest libgtest-dev libgmock-dev
   # data

@@ -10,7 +10,7 @@
 
 #include "experiments/report/report.h"
 #include "experiments/run/results.h"
-#include "transports/base/random.h"
+#include "experiments/stats/paired.h"
 
 namespace chaosbed::sweep {
 namespace {
@@ -371,36 +371,6 @@ bool logAxis(const std::vector<std::string>& xvalues) {
   return hi / lo > 10;
 }
 
-std::optional<PairedRatio> pairedRatio(const std::vector<std::pair<std::optional<double>, std::optional<double>>>& pairs,
-                                       double time_limit_s, uint64_t seed, int resamples) {
-  std::vector<double> logs;
-  PairedRatio out;
-  for (const auto& [ps, m] : pairs) {
-    const double a = ps.value_or(time_limit_s), b = m.value_or(time_limit_s);
-    if (!(a > 0) || !(b > 0)) continue;
-    logs.push_back(std::log(a / b));
-    out.censored_pairs += (!ps || !m) ? 1 : 0;
-  }
-  if (logs.empty()) return std::nullopt;
-  out.pairs = int(logs.size());
-  double sum = 0;
-  for (double l : logs) sum += l;
-  out.geomean = std::exp(sum / double(logs.size()));
-  Rng rng(seed);  // a fixed stream per seed, so the same sweep gives the same interval
-  std::vector<double> means;
-  means.reserve(size_t(resamples));
-  for (int r = 0; r < resamples; ++r) {
-    double s = 0;
-    for (size_t i = 0; i < logs.size(); ++i) s += logs[rng.below(logs.size())];
-    means.push_back(s / double(logs.size()));
-  }
-  std::sort(means.begin(), means.end());
-  auto at = [&](double q) { return std::exp(means[std::min(means.size() - 1, size_t(q * double(means.size())))]); };
-  out.ci_low = at(0.025);
-  out.ci_high = at(0.975);
-  return out;
-}
-
 bool pointComplete(const std::string& dir) {
   nlohmann::json j = readSummary(dir);
   return j.is_object() && j.contains("complete") && j["complete"].is_boolean() && j["complete"].get<bool>();
@@ -543,15 +513,15 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
   for (const auto& a : axes) csv << "," << csvField(a);
   csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
          "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,ratio_ps_over_mirrored,"
-         "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio_geomean,"
-         "paired_ci95_low,paired_ci95_high,censoring,mtbf_s,mtbf_over_baseline_tta\n";
+         "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio,paired_low,"
+         "paired_high,paired_level,paired_method,paired_p,paired_p_holm,censoring,mtbf_s,mtbf_over_baseline_tta\n";
   std::vector<std::string> groups;
   std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
   std::map<std::string, const PlannedPoint*> group_point;
   std::map<std::string, double> group_limit;  // where an unreached run is censored
   std::map<std::string, double> group_mtbf;   // run seconds between failures, all the point's faults together
   // group -> mirrored label -> (TTA of the parameter server, TTA of that mirrored strategy) per seed
-  std::map<std::string, std::map<std::string, std::vector<std::pair<std::optional<double>, std::optional<double>>>>> pairs;
+  std::map<std::string, std::map<std::string, std::vector<stats::TtaPair>>> pairs;
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPoint& p = plan[i];
     if (!by_group.count(p.group))
@@ -576,7 +546,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
     };
     for (const std::string& m : mirrored_labels)
       if (!ps_label.empty() && has(ps_label) && has(m))
-        pairs[p.group][m].emplace_back(ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m]));
+        pairs[p.group][m].push_back({ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m])});
     for (const auto& label : labels) {
       const nlohmann::json s = summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label)
                                    ? summary["strategies"][label]
@@ -596,7 +566,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       const auto pos = std::find_if(order.begin(), order.end(), [&](const auto& x) { return x.label == label; }) - order.begin();
       csv << "," << csvField(prov.value("commit", "")) << "," << (prov.value("dirty", false) ? 1 : 0) << ","
           << (prov.contains("load1_at_start") && prov["load1_at_start"].is_number() ? fmt(prov["load1_at_start"].get<double>()) : "")
-          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,,,\n";
+          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,,,,,,,\n";
     }
   }
   std::map<std::string, std::map<std::string, TtaStats>> stats;
@@ -605,6 +575,20 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
     for (const auto& label : labels) stats[group][label] = ttaStats(by_group[group][label], group_limit[group]);
     if (!ps_label.empty() && !m_label.empty()) ratios[group] = ttaRatio(stats[group][ps_label], stats[group][m_label]);
   }
+  // Every paired comparison of the sweep (point x mirrored strategy) is one family for Holm's correction.
+  std::map<std::string, std::map<std::string, stats::PairedRatio>> paired_of;
+  std::vector<std::pair<std::string, std::string>> compared;
+  std::vector<double> p_values;
+  for (const auto& group : groups)
+    for (const auto& m : mirrored_labels)
+      if (auto r = stats::pairedRatio(pairs[group][m], group_limit[group])) {
+        paired_of[group][m] = *r;
+        compared.emplace_back(group, m);
+        p_values.push_back(r->p_value);
+      }
+  const std::vector<double> p_holm = stats::holm(p_values);
+  std::map<std::string, std::map<std::string, double>> holm_of;
+  for (size_t i = 0; i < compared.size(); ++i) holm_of[compared[i].first][compared[i].second] = p_holm[i];
   // MTBF / no-fault TTA (restricted mean of the one baseline): how many failure-free TTAs fit between two
   // failures, comparable across time scales and jobs. Without a single baseline, or without a rate, empty.
   std::string baseline_group;
@@ -628,12 +612,16 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       // A mirrored strategy's row pairs the parameter server with it; the parameter server's row with the
       // first mirrored strategy.
       const bool mirrored_row = std::find(mirrored_labels.begin(), mirrored_labels.end(), label) != mirrored_labels.end();
-      const auto paired = pairedRatio(pairs[group][mirrored_row ? label : m_label], group_limit[group], fnv1a(group));
-      if (paired)
-        csv << "," << paired->pairs << "," << paired->censored_pairs << "," << fmt(paired->geomean) << ","
-            << fmt(paired->ci_low) << "," << fmt(paired->ci_high);
-      else
-        csv << ",,,,,";
+      const std::string& against = mirrored_row ? label : m_label;
+      const auto paired = paired_of[group].find(against);
+      if (paired != paired_of[group].end()) {
+        const stats::PairedRatio& r = paired->second;
+        csv << "," << r.pairs << "," << r.censored_pairs << "," << fmt(r.estimate) << "," << fmt(r.low) << ","
+            << (std::isinf(r.high) ? "inf" : fmt(r.high)) << "," << fmt(r.level) << ","
+            << stats::pairedMethodName(r.method) << "," << fmt(r.p_value) << "," << fmt(holm_of[group][against]);
+      } else {
+        csv << ",,,,,,,,,";
+      }
       csv << ",restricted_mean_at_time_limit,";
       const auto mtbf = group_mtbf.find(group);
       if (mtbf != group_mtbf.end()) {

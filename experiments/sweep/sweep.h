@@ -8,9 +8,11 @@
 //                    load at its start, quiet) and the strategy's place in the run order; then one "summary"
 //                    row per (grid point or baseline, strategy): runs, reached, censored_fraction, mean TTA
 //                    and its 95% CI (plus the restricted mean and the point's TTA ratio and its kind, see
-//                    below), and the ratio paired by seed with its bootstrap CI (pairedRatio): on a mirrored
-//                    strategy's row TTA(parameter_server) / TTA(that strategy), on the parameter server's row
-//                    the same against the first mirrored strategy
+//                    below), and the ratio paired by seed (stats::pairedRatio: its estimate, interval,
+//                    confidence level, method and p-value, and the p-value after Holm's correction over every
+//                    paired comparison of the sweep): on a mirrored strategy's row TTA(parameter_server) /
+//                    TTA(that strategy), on the parameter server's row the same against the first mirrored
+//                    strategy
 //
 // Strategies' runs are interleaved: a point at an odd position in the seed list runs its strategies in the
 // reverse order, so that neither always runs first on a warm or a cold machine.
@@ -98,18 +100,6 @@ struct TtaRatio {
 };
 // nullopt when a strategy has no runs or neither reached the target in any run.
 std::optional<TtaRatio> ttaRatio(const TtaStats& ps, const TtaStats& mirrored);
-
-// Runs paired by seed: TTA(parameter_server) / TTA(mirrored) of the same point, an unreached target counting
-// as the time limit (censored pairs are counted). The geometric mean of the pairs' ratios, with a 95%
-// percentile bootstrap interval over resamples of the pairs (deterministic for a given seed). Pairing removes
-// the spread that both strategies share at a seed (the data order, the machine at that moment).
-struct PairedRatio {
-  int pairs = 0;
-  int censored_pairs = 0;  // pairs with at least one unreached target: their ratio is a bound
-  double geomean = 0, ci_low = 0, ci_high = 0;
-};
-std::optional<PairedRatio> pairedRatio(const std::vector<std::pair<std::optional<double>, std::optional<double>>>& ps_mirrored,
-                                       double time_limit_s, uint64_t seed, int resamples = 10000);
 
 // The x axis of the crossover plot is logarithmic when every swept value is a positive number and they span
 // more than a factor of 10.

@@ -309,31 +309,6 @@ TEST(Sweep, LogAxisForPositiveValuesSpanningMoreThanTenfold) {
   EXPECT_FALSE(logAxis({}));
 }
 
-// Paired ratios: the geometric mean of per-seed ratios, an unreached run at the time limit, and a bootstrap
-// interval that contains the mean and collapses when every pair agrees.
-TEST(Sweep, PairedRatioIsTheGeometricMeanWithABootstrapInterval) {
-  auto same = pairedRatio({{10.0, 5.0}, {20.0, 10.0}, {30.0, 15.0}}, 100, 1);
-  ASSERT_TRUE(same.has_value());
-  EXPECT_EQ(same->pairs, 3);
-  EXPECT_NEAR(same->geomean, 2.0, 1e-9);
-  EXPECT_NEAR(same->ci_low, 2.0, 1e-9);
-  EXPECT_NEAR(same->ci_high, 2.0, 1e-9);
-  auto spread = pairedRatio({{2.0, 1.0}, {8.0, 1.0}, {4.0, 1.0}, {4.0, 1.0}}, 100, 7);
-  ASSERT_TRUE(spread.has_value());
-  EXPECT_NEAR(spread->geomean, 4.0, 1e-9);
-  EXPECT_LT(spread->ci_low, 4.0);
-  EXPECT_GT(spread->ci_high, 4.0);
-  EXPECT_GE(spread->ci_low, 2.0);
-  EXPECT_LE(spread->ci_high, 8.0);
-  EXPECT_EQ(pairedRatio({{2.0, 1.0}, {8.0, 1.0}}, 100, 7)->ci_low, pairedRatio({{2.0, 1.0}, {8.0, 1.0}}, 100, 7)->ci_low)
-      << "the same seed gives the same interval";
-  auto censored = pairedRatio({{std::nullopt, 5.0}}, 15, 1);
-  ASSERT_TRUE(censored.has_value());
-  EXPECT_EQ(censored->censored_pairs, 1);
-  EXPECT_NEAR(censored->geomean, 3.0, 1e-9);
-  EXPECT_FALSE(pairedRatio({}, 15, 1).has_value());
-}
-
 TEST(Sweep, TQuantileMatchesTheTable) {
   EXPECT_DOUBLE_EQ(tQuantile95(1), 12.706);
   EXPECT_DOUBLE_EQ(tQuantile95(10), 2.228);
