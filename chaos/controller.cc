@@ -519,7 +519,7 @@ Result<std::unique_ptr<StopSignalWatcher>> StopSignalWatcher::start(std::functio
   if (w->signal_fd_ < 0 || w->wake_fd_ < 0) {
     const int e = errno;
     pthread_sigmask(SIG_SETMASK, &w->old_mask_, nullptr);
-    return Status::ioError(std::string("signalfd/eventfd: ") + std::strerror(e));
+    return Status::fromErrno("signalfd/eventfd", e);
   }
   StopSignalWatcher* raw = w.get();
   w->thread_ = std::thread([raw, on_signal = std::move(on_signal)] {

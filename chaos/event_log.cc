@@ -13,7 +13,7 @@ namespace chaosbed::chaos {
 Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path) {
   // O_NOFOLLOW: a symlink planted where the log goes is refused, never written through (we run as root).
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return Status::ioError(path + ": cannot open event log: " + std::strerror(errno));
+  if (fd < 0) return Status::fromErrno(path + ": cannot open event log");
   return std::unique_ptr<EventLog>(new EventLog(fd, path));
 }
 
@@ -34,7 +34,7 @@ Status EventLog::append(nlohmann::json event) {
       if (errno == EINTR) continue;
       const int err = errno;
       if (done > 0 && start >= 0) (void)!::ftruncate(fd_, start);
-      return Status::ioError(path_ + ": append: " + std::strerror(err));
+      return Status::fromErrno(path_ + ": append", err);
     }
     done += static_cast<size_t>(n);
   }

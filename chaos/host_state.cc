@@ -32,9 +32,9 @@ bool isRealDirectory(const std::string& path) {
 Status prepareOwnDirectory(const std::string& dir, mode_t mode, const std::string& what) {
   const std::string name = what + " " + dir;
   if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
-    return Status::ioError(name + ": cannot create: " + std::strerror(errno));
+    return Status::fromErrno(name + ": cannot create");
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return Status::ioError(name + ": " + std::strerror(errno));
+  if (::lstat(dir.c_str(), &st) != 0) return Status::fromErrno(name);
   if (S_ISLNK(st.st_mode)) return Status::invalidArgument(name + " is a symbolic link: refusing to follow it");
   if (!S_ISDIR(st.st_mode)) return Status::invalidArgument(name + " is not a directory");
   if (st.st_uid != ::geteuid())
@@ -88,7 +88,7 @@ Result<RunClaim> RunClaim::create(const std::string& root) {
   const std::string dir = root + "/" + *owner;
   // A claim of this very process may exist (a sweep runs experiments one after another): reuse it.
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return Status::ioError(dir + ": cannot create: " + std::strerror(errno));
+    return Status::fromErrno(dir + ": cannot create");
   if (!isRealDirectory(dir)) return Status::invalidArgument(dir + " is not a directory of ours: refusing to use it");
   return RunClaim(dir, *owner);
 }

@@ -48,11 +48,11 @@ const NodeInfo* LocalCluster::find(const std::string& node) const {
 
 Status LocalCluster::launch(const NodeInfo& node) {
   int go[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return Status::ioError(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(go, O_CLOEXEC) != 0) return Status::fromErrno("pipe");
   const int incarnation = incarnations_[node.name]++;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) return Status::ioError(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) return Status::fromErrno("fork");
   if (pid == 0) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -112,7 +112,7 @@ Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
   }
   // A pidfd becomes readable when the process exits: wait on it instead of polling waitpid.
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return Status::ioError(node + ": pidfd_open: " + std::strerror(errno));
+  if (pidfd < 0) return Status::fromErrno(node + ": pidfd_open");
   pollfd p{pidfd, POLLIN, 0};
   int n;
   do {
@@ -121,7 +121,7 @@ Result<int> LocalCluster::waitExit(const std::string& node, double timeout_s) {
   ::close(pidfd);
   if (n == 0) return Status::timeout(node + " did not exit within " + std::to_string(timeout_s) + " s");
   int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return Status::ioError(node + ": waitpid: " + std::strerror(errno));
+  if (::waitpid(pid, &status, 0) != pid) return Status::fromErrno(node + ": waitpid");
   MutexLock lock(mu_);
   if (auto it = pids_.find(node); it != pids_.end() && it->second == pid) it->second = 0;
   return status;

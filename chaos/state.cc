@@ -23,7 +23,7 @@ Result<std::optional<std::string>> readWhole(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     if (errno == ENOENT) return std::optional<std::string>();
-    return Status::ioError(path + ": cannot read: " + std::strerror(errno));
+    return Status::fromErrno(path + ": cannot read");
   }
   std::stringstream ss;
   ss << in.rdbuf();
@@ -36,7 +36,7 @@ Status writeFileAtomic(const std::string& path, const std::string& contents) {
   // mkostemp: a fresh name created exclusively, so a planted file or symlink is never written through.
   std::string tmp = path + ".tmp-XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return Status::ioError(tmp + ": cannot create: " + std::strerror(errno));
+  if (fd < 0) return Status::fromErrno(tmp + ": cannot create");
   (void)::fchmod(fd, 0644);
   size_t done = 0;
   while (done < contents.size()) {
@@ -46,7 +46,7 @@ Status writeFileAtomic(const std::string& path, const std::string& contents) {
       const int e = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return Status::ioError(tmp + ": write: " + std::strerror(e));
+      return Status::fromErrno(tmp + ": write", e);
     }
     done += static_cast<size_t>(n);
   }
@@ -54,7 +54,7 @@ Status writeFileAtomic(const std::string& path, const std::string& contents) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    return Status::ioError(path + ": rename: " + std::strerror(e));
+    return Status::fromErrno(path + ": rename", e);
   }
   return Status::ok();
 }
@@ -198,7 +198,7 @@ int runAgent(const std::string& dir, const AgentOptions& options) {
 
 Result<pid_t> spawnAgent(const std::string& binary, const std::string& dir, double lease_timeout_s, int* control_fd) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::ioError(std::string("agent pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::fromErrno("agent pipe");
   const std::string lease_arg = "--agent_lease_timeout_s=" + std::to_string(lease_timeout_s);
   const std::string log_path = join(dir, "agent.log");
   std::vector<std::string> argv_s = {binary, "chaos", "agent", "--state", dir, "--control_fd", "3", lease_arg};
@@ -209,7 +209,7 @@ Result<pid_t> spawnAgent(const std::string& binary, const std::string& dir, doub
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
-    return Status::ioError(std::string("fork agent: ") + std::strerror(errno));
+    return Status::fromErrno("fork agent");
   }
   if (pid == 0) {
     // Only async-signal-safe calls from here to exec.

@@ -78,7 +78,7 @@ Status heal(const HealRecord& r) {
     case HealRecord::Op::kSigcont:
       if (r.pgid <= 1) return Status::invalidArgument("heal sigcont: bad process group " + std::to_string(r.pgid));
       if (::kill(-r.pgid, SIGCONT) != 0 && errno != ESRCH)
-        return Status::ioError("heal: SIGCONT to process group " + std::to_string(r.pgid) + ": " + std::strerror(errno));
+        return Status::fromErrno("heal: SIGCONT to process group " + std::to_string(r.pgid));
       return Status::ok();
   }
   return Status::internal("heal: unknown op");

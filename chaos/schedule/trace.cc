@@ -39,7 +39,7 @@ std::optional<double> number(const std::string& s) {
 
 Result<std::vector<TraceRow>> readTrace(const std::string& path, TraceFormat format, double time_unit_s) {
   std::ifstream in(path);
-  if (!in) return Status::ioError(path + ": cannot read trace: " + std::strerror(errno));
+  if (!in) return Status::fromErrno(path + ": cannot read trace");
   std::vector<TraceRow> rows;
   std::string line;
   int lineno = 0;

@@ -86,7 +86,7 @@ class PayloadWriter {
       if (w < 0) {
         if (errno == EINTR) continue;
         int err = errno;
-        return Status::ioError("checkpoint: write " + path_ + ": " + errnoText(err));
+        return Status::fromErrno("checkpoint: write " + path_, err);
       }
       p += w;
       n -= static_cast<size_t>(w);
@@ -123,12 +123,12 @@ Status fsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    return Status::ioError("checkpoint: open dir " + dir + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: open dir " + dir, err);
   }
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) return Status::ioError("checkpoint: fsync dir " + dir + ": " + errnoText(err));
+  if (rc != 0) return Status::fromErrno("checkpoint: fsync dir " + dir, err);
   return Status::ok();
 }
 
@@ -200,7 +200,7 @@ Status saveCheckpoint(const std::string& path, const TrainingState& state) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     int err = errno;
-    return Status::ioError("checkpoint: create " + tmp + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: create " + tmp, err);
   }
   auto fail = [&](const Status& s) {
     ::close(fd);
@@ -210,7 +210,7 @@ Status saveCheckpoint(const std::string& path, const TrainingState& state) {
   // The header goes last, once the payload's size and CRC are known.
   if (::lseek(fd, kHeaderBytes, SEEK_SET) < 0) {
     int err = errno;
-    return fail(Status::ioError("checkpoint: seek " + tmp + ": " + errnoText(err)));
+    return fail(Status::fromErrno("checkpoint: seek " + tmp, err));
   }
   PayloadWriter w(fd, tmp);
   if (Status s = writePayload(w, state); !s.isOk()) return fail(s);
@@ -226,21 +226,21 @@ Status saveCheckpoint(const std::string& path, const TrainingState& state) {
   h.header_crc = headerCrc(h);
   if (::pwrite(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
     int err = errno;
-    return fail(Status::ioError("checkpoint: write header of " + tmp + ": " + errnoText(err)));
+    return fail(Status::fromErrno("checkpoint: write header of " + tmp, err));
   }
   if (::fsync(fd) != 0) {
     int err = errno;
-    return fail(Status::ioError("checkpoint: fsync " + tmp + ": " + errnoText(err)));
+    return fail(Status::fromErrno("checkpoint: fsync " + tmp, err));
   }
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return Status::ioError("checkpoint: close " + tmp + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: close " + tmp, err);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return Status::ioError("checkpoint: rename " + tmp + " to " + path + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: rename " + tmp + " to " + path, err);
   }
   return fsyncDir(parentDir(path));
 }
@@ -250,13 +250,13 @@ Result<TrainingState> loadCheckpoint(const std::string& path) {
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::notFound("checkpoint: " + path + " does not exist");
-    return Status::ioError("checkpoint: open " + path + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: open " + path, err);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    return Status::ioError("checkpoint: stat " + path + ": " + errnoText(err));
+    return Status::fromErrno("checkpoint: stat " + path, err);
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   std::vector<char> data(size);
@@ -365,7 +365,7 @@ Status CheckpointDir::save(const TrainingState& state) {
   for (size_t i = 0; i + static_cast<size_t>(keep_) < all.size(); ++i) {
     if (::unlink(all[i].c_str()) != 0 && errno != ENOENT) {
       int err = errno;
-      return Status::ioError("checkpoint: remove old " + all[i] + ": " + errnoText(err));
+      return Status::fromErrno("checkpoint: remove old " + all[i], err);
     }
   }
   return Status::ok();

@@ -47,7 +47,7 @@ class IdxFile {
     if (!std::filesystem::exists(path, ec))
       return Status::notFound(path + ": no such file");
     GzFile f(gzopen(path.c_str(), "rb"));
-    if (!f) return Status::ioError(path + ": cannot open: " + std::strerror(errno));
+    if (!f) return Status::fromErrno(path + ": cannot open");
     IdxFile idx(path, std::move(f));
     CHAOSBED_RETURN_IF_ERROR(idx.readHeader(expected_dims));
     return idx;
@@ -141,7 +141,7 @@ Result<std::shared_ptr<const PixelSource>> PixelSource::inFile(const std::string
   std::shared_ptr<PixelSource> source(new PixelSource());
   source->path_ = path;
   source->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (source->fd_ < 0) return Status::ioError(path + ": cannot open: " + std::strerror(errno));
+  if (source->fd_ < 0) return Status::fromErrno(path + ": cannot open");
   struct stat st {};
   if (::fstat(source->fd_, &st) != 0 || !S_ISREG(st.st_mode)) return Status::ioError(path + ": not a regular file");
   const size_t file_bytes = size_t(st.st_size);
@@ -171,7 +171,7 @@ Status PixelSource::read(size_t first, size_t n, uint8_t* out) const {
   for (size_t done = 0; done < n;) {
     const ssize_t got = ::pread(fd_, out + done, n - done, off_t(file_offset_ + first + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return Status::ioError(path_ + ": read failed: " + std::strerror(errno));
+    if (got < 0) return Status::fromErrno(path_ + ": read failed");
     if (got == 0) return Status::dataLoss(path_ + ": shorter than when it was opened");
     done += size_t(got);
   }
@@ -280,11 +280,11 @@ Status writeRawMnistLayout(const std::string& from, const std::string& to) {
       std::error_code ec;
       if (!std::filesystem::exists(source, ec)) return Status::notFound(source + ": no such file");
       GzFile in(gzopen(source.c_str(), "rb"));
-      if (!in) return Status::ioError(source + ": cannot open: " + std::strerror(errno));
+      if (!in) return Status::fromErrno(source + ": cannot open");
       const std::string target = to + "/" + name, temporary = target + ".partial";
       ::unlink(temporary.c_str());  // a leftover of an interrupted copy (unlink never follows a link)
       const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-      if (fd < 0) return Status::ioError(temporary + ": cannot create: " + std::strerror(errno));
+      if (fd < 0) return Status::fromErrno(temporary + ": cannot create");
       std::vector<uint8_t> chunk(1 << 20);
       Status status;
       for (;;) {
@@ -295,13 +295,13 @@ Status writeRawMnistLayout(const std::string& from, const std::string& to) {
         }
         if (*got == 0) break;
         if (::write(fd, chunk.data(), *got) != ssize_t(*got)) {
-          status = Status::ioError(temporary + ": write failed: " + std::strerror(errno));
+          status = Status::fromErrno(temporary + ": write failed");
           break;
         }
       }
-      if (::close(fd) != 0 && status.isOk()) status = Status::ioError(temporary + ": close failed: " + std::strerror(errno));
+      if (::close(fd) != 0 && status.isOk()) status = Status::fromErrno(temporary + ": close failed");
       if (status.isOk() && ::rename(temporary.c_str(), target.c_str()) != 0)
-        status = Status::ioError(target + ": rename failed: " + std::strerror(errno));
+        status = Status::fromErrno(target + ": rename failed");
       if (!status.isOk()) {
         ::unlink(temporary.c_str());
         return status;

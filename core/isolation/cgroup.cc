@@ -31,12 +31,12 @@ Status writeFile(const std::string& path, const std::string& content) {
   int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    return Status::ioError("cgroup: open " + path + " for writing: " + errnoText(err));
+    return Status::fromErrno("cgroup: open " + path + " for writing", err);
   }
   ssize_t n = ::write(fd, content.data(), content.size());
   int err = errno;
   ::close(fd);
-  if (n < 0) return Status::ioError("cgroup: write '" + content + "' to " + path + ": " + errnoText(err));
+  if (n < 0) return Status::fromErrno("cgroup: write '" + content + "' to " + path, err);
   if (static_cast<size_t>(n) != content.size())
     return Status::ioError("cgroup: short write of '" + content + "' to " + path);
   return Status::ok();
@@ -47,7 +47,7 @@ Result<std::string> readFile(const std::string& path) {
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::notFound("cgroup: " + path + " does not exist");
-    return Status::ioError("cgroup: open " + path + ": " + errnoText(err));
+    return Status::fromErrno("cgroup: open " + path, err);
   }
   std::string out;
   char buf[4096];
@@ -57,7 +57,7 @@ Result<std::string> readFile(const std::string& path) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      return Status::ioError("cgroup: read " + path + ": " + errnoText(err));
+      return Status::fromErrno("cgroup: read " + path, err);
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
@@ -81,7 +81,7 @@ bool exists(const std::string& path) {
 Status makeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return Status::ok();
   int err = errno;
-  return Status::ioError("cgroup: mkdir " + path + ": " + errnoText(err));
+  return Status::fromErrno("cgroup: mkdir " + path, err);
 }
 
 Status validName(const std::string& what, const std::string& name) {
@@ -219,7 +219,7 @@ Status drainAndRemove(int version, const std::string& dir, bool freezable, std::
     if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return Status::ok();
     const int err = errno;
     if (err != EBUSY || std::chrono::steady_clock::now() >= deadline)
-      return Status::ioError("cgroup: rmdir " + dir + ": " + errnoText(err));
+      return Status::fromErrno("cgroup: rmdir " + dir, err);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));
   }
@@ -503,7 +503,7 @@ Status removeGroup(const std::string& group, const CgroupRoots& roots) {
     }
     if (exists(dir) && ::rmdir(dir.c_str()) != 0 && errno != ENOENT && first.isOk()) {
       int err = errno;
-      first = Status::ioError("cgroup: rmdir " + dir + ": " + errnoText(err));
+      first = Status::fromErrno("cgroup: rmdir " + dir, err);
     }
   }
   return first;

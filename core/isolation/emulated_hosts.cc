@@ -49,7 +49,7 @@ Result<std::unique_ptr<EmulatedHosts>> EmulatedHosts::create(int hosts) {
   auto newNamespace = []() -> Result<net::FileDescriptor> {
     return inNamespace(-1, []() -> Result<net::FileDescriptor> {
       net::FileDescriptor fd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-      if (!fd.valid()) return Status::ioError("/proc/thread-self/ns/net: " + errnoText(errno));
+      if (!fd.valid()) return Status::fromErrno("/proc/thread-self/ns/net");
       return fd;
     });
   };

@@ -17,12 +17,12 @@ Status runCommand(const std::vector<std::string>& argv, double timeout_s, const 
   std::string cmdline;
   for (const std::string& a : argv) cmdline += (cmdline.empty() ? "" : " ") + a;
   int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::fromErrno(cmdline + ": pipe");
   int out_pipe[2] = {-1, -1};
   if (out && ::pipe2(out_pipe, O_CLOEXEC) != 0) {
     ::close(err_pipe[0]);
     ::close(err_pipe[1]);
-    return Status::ioError(cmdline + ": pipe: " + std::strerror(errno));
+    return Status::fromErrno(cmdline + ": pipe");
   }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -31,7 +31,7 @@ Status runCommand(const std::vector<std::string>& argv, double timeout_s, const 
   if (pid < 0) {
     for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]})
       if (fd >= 0) ::close(fd);
-    return Status::ioError(cmdline + ": fork: " + std::strerror(errno));
+    return Status::fromErrno(cmdline + ": fork");
   }
   if (pid == 0) {
     ::dup2(err_pipe[1], 2);

@@ -105,13 +105,13 @@ Result<std::unique_ptr<Launcher>> Launcher::create(LauncherOptions options) {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) {
     int err = errno;
-    return Status::ioError("launcher: readlink /proc/self/exe: " + errnoText(err));
+    return Status::fromErrno("launcher: readlink /proc/self/exe", err);
   }
   std::string self(buf, static_cast<size_t>(n));
   int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (efd < 0) {
     int err = errno;
-    return Status::ioError("launcher: eventfd: " + errnoText(err));
+    return Status::fromErrno("launcher: eventfd", err);
   }
   return std::unique_ptr<Launcher>(new Launcher(std::move(options), std::move(self), efd));
 }
@@ -269,7 +269,7 @@ Result<pid_t> Launcher::launch(const std::string& name, bool first) {
   job->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (job->log_fd < 0) {
     int err = errno;
-    return fail(Status::ioError("launcher: open log " + log + ": " + errnoText(err)));
+    return fail(Status::fromErrno("launcher: open log " + log, err));
   }
   std::string header = "--- chaosbed launcher: " + name + " incarnation " + std::to_string(incarnation) + ":";
   for (const std::string& a : job->argv) header += " " + a;
@@ -277,7 +277,7 @@ Result<pid_t> Launcher::launch(const std::string& name, bool first) {
   if (::write(job->log_fd, header.data(), header.size()) < 0) {
     int err = errno;
     ::close(job->log_fd);
-    return fail(Status::ioError("launcher: write log " + log + ": " + errnoText(err)));
+    return fail(Status::fromErrno("launcher: write log " + log, err));
   }
 
   std::future<Result<pid_t>> result = job->done.get_future();
@@ -304,13 +304,13 @@ void Launcher::spawn(SpawnJob& job) {
   int sync_pipe[2], err_pipe[2];
   if (::pipe2(sync_pipe, O_CLOEXEC) != 0) {
     int err = errno;
-    return finish(Status::ioError("launcher: pipe: " + errnoText(err)));
+    return finish(Status::fromErrno("launcher: pipe", err));
   }
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     int err = errno;
     ::close(sync_pipe[0]);
     ::close(sync_pipe[1]);
-    return finish(Status::ioError("launcher: pipe: " + errnoText(err)));
+    return finish(Status::fromErrno("launcher: pipe", err));
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
@@ -366,12 +366,12 @@ void Launcher::spawn(SpawnJob& job) {
     }
     finish(why);
   };
-  if (pid < 0) return abandon(Status::ioError("launcher: fork for " + job.name + ": " + errnoText(fork_errno)));
+  if (pid < 0) return abandon(Status::fromErrno("launcher: fork for " + job.name, fork_errno));
   ::setpgid(pid, pid);  // as the child does: whichever runs first, the group exists before anyone signals it
   pidfd = pidfdOpen(pid);
   if (pidfd < 0) {
     int err = errno;
-    return abandon(Status::ioError("launcher: pidfd_open for " + job.name + ": " + errnoText(err)));
+    return abandon(Status::fromErrno("launcher: pidfd_open for " + job.name, err));
   }
   if (job.cgroup) {
     Status s = job.cgroup->addProcess(pid);
@@ -381,7 +381,7 @@ void Launcher::spawn(SpawnJob& job) {
   char go = 1;
   if (::write(sync_pipe[1], &go, 1) != 1) {
     int err = errno;
-    return abandon(Status::ioError("launcher: releasing " + job.name + ": " + errnoText(err)));
+    return abandon(Status::fromErrno("launcher: releasing " + job.name, err));
   }
   closeFd(sync_pipe[1]);
 
@@ -531,8 +531,8 @@ Status Launcher::signal(const std::string& name, int sig) {
   if (!it->second->running) return Status::unavailable("launcher: signal: node " + name + " is not running");
   if (::killpg(it->second->pid, sig) != 0) {
     int err = errno;
-    return Status::ioError("launcher: killpg(" + std::to_string(it->second->pid) + ", " + std::to_string(sig) +
-                           ") for " + name + ": " + errnoText(err));
+    return Status::fromErrno("launcher: killpg(" + std::to_string(it->second->pid) + ", " + std::to_string(sig) +
+                           ") for " + name + "", err);
   }
   if (sig == SIGKILL && it->second->cgroup) {  // a frozen task dies only once thawed
     Result<bool> frozen = it->second->cgroup->isFrozen();

@@ -246,7 +246,7 @@ int runCoordinator(const Setup& s, int rank, Store& store, const Secret& secret,
     per_worker.push_back(double(pushes) / dt);
   }
   FILE* f = std::fopen(row_file.c_str(), "wx");  // a fresh name in the bench's own directory
-  if (f == nullptr) return fail(Status::ioError(row_file + ": " + std::strerror(errno)));
+  if (f == nullptr) return fail(Status::fromErrno(row_file));
   const std::string text =
       nlohmann::json{{"per_worker", per_worker}, {"cpu_seconds", *cpu_after - *cpu_before},
                      {"seconds", FLAGS_bench_ps_s}, {"compute_seconds_per_push", compute / double(all_pushes)}}.dump();

@@ -35,7 +35,7 @@ bool isOwnerName(const std::string& s) {
 
 Status writeNew(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::ioError(path + ": " + std::strerror(errno));
+  if (fd < 0) return Status::fromErrno(path);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -44,14 +44,14 @@ Status writeNew(const std::string& path, const std::string& text) {
       const int err = errno;
       ::close(fd);
       ::unlink(path.c_str());
-      return Status::ioError(path + ": " + std::strerror(err));
+      return Status::fromErrno(path, err);
     }
     done += size_t(n);
   }
   ::fchmod(fd, 0644);  // readable by a Prometheus of another user, whatever the umask
   if (::close(fd) != 0) {
     ::unlink(path.c_str());
-    return Status::ioError(path + ": " + std::strerror(errno));
+    return Status::fromErrno(path);
   }
   return Status::ok();
 }
@@ -94,7 +94,7 @@ Result<PrometheusTarget> PrometheusTarget::publish(const std::string& dir, const
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
-    return Status::ioError(path + ": " + std::strerror(err));
+    return Status::fromErrno(path, err);
   }
   return PrometheusTarget(path);
 }

@@ -47,12 +47,12 @@ Status writeTextAtomically(const std::string& path, const std::string& text, mod
   // mkostemp: a fresh name, created exclusively (never a planted file or symlink), mode 0600 until fchmod.
   std::string tmp = path + ".tmp-XXXXXX";
   int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return Status::ioError("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
+  if (fd < 0) return Status::fromErrno("cannot create a temporary file beside " + path);
   if (::fchmod(fd, mode) != 0) {
     const int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    return Status::ioError("cannot chmod " + tmp + ": " + std::strerror(err));
+    return Status::fromErrno("cannot chmod " + tmp, err);
   }
   size_t done = 0;
   while (done < text.size()) {
@@ -62,17 +62,17 @@ Status writeTextAtomically(const std::string& path, const std::string& text, mod
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return Status::ioError("cannot write " + tmp + ": " + std::strerror(err));
+      return Status::fromErrno("cannot write " + tmp, err);
     }
     done += size_t(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    return Status::ioError("cannot flush " + tmp + ": " + std::strerror(errno));
+    return Status::fromErrno("cannot flush " + tmp);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return Status::ioError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+    return Status::fromErrno("cannot rename " + tmp + " to " + path);
   }
   return Status::ok();
 }

@@ -30,6 +30,8 @@ std::string errnoText(int err) {
 
 std::string errnoText(const char* what) { return std::string(what) + ": " + errnoText(errno); }
 
+Status Status::fromErrno(const std::string& what, int err) { return ioError(what + ": " + errnoText(err)); }
+
 std::string Status::toString() const {
   if (isOk()) return "OK";
   std::string s = statusCodeName(code_);

@@ -3,6 +3,7 @@
 // crosses a library boundary. A PeerLost status names the lost rank so that collectives and strategies can
 // report which member failed.
 
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +47,8 @@ class [[nodiscard]] Status {
   static Status unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status dataLoss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
   static Status ioError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
+  // IoError "what: <the text of err>", for a system call that just failed (err defaults to its errno).
+  static Status fromErrno(const std::string& what, int err = errno);
   static Status internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
   bool isOk() const { return code_ == StatusCode::kOk; }

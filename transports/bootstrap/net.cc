@@ -95,7 +95,7 @@ bool isLoopbackHost(const std::string& host) {
 Result<FileDescriptor> listenTcp(const HostPort& where, HostPort* bound) {
   CHAOSBED_ASSIGN_OR_RETURN(sockaddr_in sa, resolve(where));
   FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return Status::ioError(errnoText("socket"));
+  if (!fd.valid()) return Status::fromErrno("socket");
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
@@ -103,7 +103,7 @@ Result<FileDescriptor> listenTcp(const HostPort& where, HostPort* bound) {
   // The longest accept queue the kernel allows (net.core.somaxconn caps it): hundreds of nodes connect at
   // the same instant (the start of training). With 128, the queue overflowed; the kernel then completes a
   // client's handshake by SYN cookie and drops it, and the client waits for a greeting that never comes.
-  if (::listen(fd.get(), SOMAXCONN) != 0) return Status::ioError("listen on " + where.toString() + ": " + errnoText("listen"));
+  if (::listen(fd.get(), SOMAXCONN) != 0) return Status::fromErrno("listen on " + where.toString() + ": listen");
   if (bound != nullptr) {
     sockaddr_in actual{};
     socklen_t len = sizeof(actual);
@@ -119,7 +119,7 @@ Result<FileDescriptor> connectTcp(const HostPort& to, Deadline deadline, bool re
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return Status::ioError(errnoText("socket"));
+    if (!fd.valid()) return Status::fromErrno("socket");
     int one = 1;
     setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int err = 0;
@@ -149,7 +149,7 @@ Result<FileDescriptor> acceptTcp(int listen_fd) {
   int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return FileDescriptor();
-    return Status::ioError(errnoText("accept"));
+    return Status::fromErrno("accept");
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

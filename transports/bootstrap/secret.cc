@@ -51,7 +51,7 @@ std::string toHex(std::string_view bytes) {
 Result<Secret> Secret::generate() {
   Secret s;
   if (!fillRandom(s.key_.data(), s.key_.size()))
-    return Status::ioError(std::string("secret: getrandom: ") + std::strerror(errno));
+    return Status::fromErrno("secret: getrandom");
   return s;
 }
 
@@ -63,7 +63,7 @@ std::string Secret::nonce(size_t bytes) {
 
 Status Secret::writeFile(const std::string& path) const {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::ioError("secret file " + path + ": " + std::strerror(errno));
+  if (fd < 0) return Status::fromErrno("secret file " + path);
   std::string text = toHex(std::string_view(reinterpret_cast<const char*>(key_.data()), key_.size())) + "\n";
   const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size()) &&
                   ::fsync(fd) == 0;
@@ -71,7 +71,7 @@ Status Secret::writeFile(const std::string& path) const {
   ::close(fd);
   if (!ok) {
     ::unlink(path.c_str());
-    return Status::ioError("secret file " + path + ": " + std::strerror(err));
+    return Status::fromErrno("secret file " + path, err);
   }
   return Status::ok();
 }

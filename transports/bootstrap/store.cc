@@ -748,13 +748,13 @@ Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_
   net::HostPort bound;
   CHAOSBED_ASSIGN_OR_RETURN(FileDescriptor listener, net::listenTcp(where, &bound));
   FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) return Status::ioError(std::string("store server: eventfd: ") + std::strerror(errno));
+  if (!wake.valid()) return Status::fromErrno("store server: eventfd");
   std::vector<FileDescriptor> listeners;
   listeners.push_back(std::move(listener));
   for (FileDescriptor& l : more_listeners) {
     if (!l.valid()) return Status::invalidArgument("store server: an extra listener is not open");
     if (const int flags = ::fcntl(l.get(), F_GETFL); flags < 0 || ::fcntl(l.get(), F_SETFL, flags | O_NONBLOCK) != 0)
-      return Status::ioError(std::string("store server: O_NONBLOCK: ") + std::strerror(errno));
+      return Status::fromErrno("store server: O_NONBLOCK");
     listeners.push_back(std::move(l));
   }
   return std::unique_ptr<StoreServer>(new TcpStoreServer(std::move(listeners), bound, std::move(wake), secret));

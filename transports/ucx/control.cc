@@ -50,7 +50,7 @@ Result<std::unique_ptr<ControlMesh>> ControlMesh::start(int rank, uint64_t incar
   net::HostPort bound;
   CHAOSBED_ASSIGN_OR_RETURN(net::FileDescriptor listener, net::listenTcp({host, 0}, &bound));
   net::FileDescriptor wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) return Status::ioError(std::string("control mesh: eventfd: ") + std::strerror(errno));
+  if (!wake.valid()) return Status::fromErrno("control mesh: eventfd");
   return std::unique_ptr<ControlMesh>(
       new ControlMesh(rank, incarnation, std::move(listener), bound, std::move(wake), secret, std::move(on_lost)));
 }

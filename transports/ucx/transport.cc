@@ -165,13 +165,13 @@ Status UcxTransport::init() {
 
   epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
   wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!epoll_fd_.valid() || !wake_fd_.valid()) return Status::ioError(std::string("ucx: epoll/eventfd: ") + std::strerror(errno));
+  if (!epoll_fd_.valid() || !wake_fd_.valid()) return Status::fromErrno("ucx: epoll/eventfd");
   for (int fd : {worker_efd_, wake_fd_.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-      return Status::ioError(std::string("ucx: epoll_ctl: ") + std::strerror(errno));
+      return Status::fromErrno("ucx: epoll_ctl");
   }
 
   auto mesh = ControlMesh::start(rank_, incarnation_, options_.control_host, *options_.secret,

@@ -21,6 +21,14 @@ TEST(BaseStatus, ErrnoTextOfACallNamesTheCallAndTheCurrentErrno) {
   EXPECT_EQ(errnoText("close"), "close: " + std::string(std::strerror(EBADF)));
 }
 
+TEST(BaseStatus, FromErrnoIsAnIoErrorNamingTheCallAndTheErrno) {
+  errno = ENOSPC;
+  const Status s = Status::fromErrno("/tmp/x: write failed");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_EQ(s.message(), "/tmp/x: write failed: " + std::string(std::strerror(ENOSPC)));
+  EXPECT_EQ(Status::fromErrno("open", EACCES).message(), "open: " + std::string(std::strerror(EACCES)));
+}
+
 TEST(BaseStatus, WithContextPrependsAndKeepsCodeAndPeer) {
   const Status s = Status::peerLost(3, "connection reset").withContext("allreduce");
   EXPECT_EQ(s.code(), StatusCode::kPeerLost);
