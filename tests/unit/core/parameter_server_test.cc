@@ -330,7 +330,8 @@ TEST(ParameterServerTest, StaleSynchronousParallelHoldsFastWorkersAtTheBound) {
     std::this_thread::sleep_for(100us);
   // The fast workers start level with the slow one's clock then, which is at least the steps it has done.
   const int64_t slow_at_join = c.stats(2).steps;
-  ASSERT_LE(slow_at_join, 3) << "the slow worker was not slow";
+  // Up to 10 of its 20 ms steps: the test thread may sleep through a few on a loaded machine.
+  ASSERT_LE(slow_at_join, kSteps / 4) << "the slow worker was not slow";
   const auto fast_start = SteadyClock::now();
   c.startWorker(0);
   c.startWorker(1);
@@ -348,13 +349,14 @@ TEST(ParameterServerTest, StaleSynchronousParallelHoldsFastWorkersAtTheBound) {
   if (HasFatalFailure()) return;
   EXPECT_LE(widest, kBound + 1) << "a fast worker ran ahead of the bound";
   EXPECT_GE(widest, 1) << "the workers never diverged: the slow worker was not slow";
-  // The slow worker's remaining >= 37 round trips of >= 20 ms; a fast worker held at the bound waits for most
-  // of them (its own 40 steps take a few milliseconds).
-  EXPECT_GE(slow_rest_s, 37 * 0.020);
+  // The slow worker's remaining round trips of >= 20 ms (one may be in flight at the join); a fast worker held at the bound waits for most
+  // of them (its own 40 steps take a few milliseconds; unheld, it would wait for none). Half, not all: on a
+  // loaded machine a fast worker's thread may start a good while after fast_start.
+  EXPECT_GE(slow_rest_s, double(kSteps - slow_at_join - 1) * 0.020);
   for (int w = 0; w < 2; ++w) {
     const NodeStats fast = c.stats(w);
     EXPECT_EQ(fast.steps, kSteps);
-    EXPECT_GE(fast.seconds[int(TimeCategory::kIdlePeer)], 0.8 * slow_rest_s) << "worker " << w << " was not held";
+    EXPECT_GE(fast.seconds[int(TimeCategory::kIdlePeer)], 0.5 * slow_rest_s) << "worker " << w << " was not held";
   }
 }
 
