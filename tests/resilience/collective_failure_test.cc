@@ -26,6 +26,7 @@ struct Case {
   const char* on_failure;  // restart | elastic
   const char* fault;       // the chaos.faults entry
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }  // gtest's name for it, not its bytes
 
 std::string specYaml(const Case& c) {
   std::ostringstream y;

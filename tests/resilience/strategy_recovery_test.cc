@@ -43,6 +43,7 @@ struct Policy {
   // Low enough that the target needs several times the updates an idle machine makes before the kill.
   double learning_rate;
 };
+void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }  // gtest's name for it, not its bytes
 
 std::string specYaml(const Policy& p) {
   std::ostringstream y;

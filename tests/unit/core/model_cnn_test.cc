@@ -109,6 +109,11 @@ TEST_P(CnnGradients, TheCheckCatchesAFivePercentErrorInAnyLayer) {
   }
 }
 
+}  // namespace
+// gtest prints a parameter through PrintTo, found beside its type: the architecture, not its bytes.
+static void PrintTo(Cnn::Arch a, std::ostream* os) { *os << (a == Cnn::Arch::kLeNet ? "LeNet" : "Residual"); }
+namespace {
+
 INSTANTIATE_TEST_SUITE_P(Arches, CnnGradients, ::testing::Values(Arch::kLeNet, Arch::kResidual),
                          [](const auto& info) { return info.param == Arch::kLeNet ? "LeNet" : "Residual"; });
 

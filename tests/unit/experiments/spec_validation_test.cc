@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <ostream>
+
 #include <string>
 #include <vector>
 
@@ -44,6 +47,9 @@ struct BadSpec {
   std::string text;
   std::vector<std::string> errors;
 };
+
+// gtest prints a parameter with PrintTo: the case's description, not its bytes.
+void PrintTo(const BadSpec& b, std::ostream* os) { *os << b.what; }
 
 class BadSpecTest : public ::testing::TestWithParam<BadSpec> {};
 
@@ -271,7 +277,22 @@ const BadSpec kBadSpecs[] = {
       "got 0"}},
 };
 
-INSTANTIATE_TEST_SUITE_P(Spec, BadSpecTest, ::testing::ValuesIn(kBadSpecs));
+// "sweep value that breaks the spec" -> "SweepValueThatBreaksTheSpec", with the index for uniqueness.
+std::string badSpecName(const ::testing::TestParamInfo<BadSpec>& info) {
+  std::string name;
+  bool upper = true;
+  for (const char* c = info.param.what; *c; ++c) {
+    if (!std::isalnum(static_cast<unsigned char>(*c))) {
+      upper = true;
+      continue;
+    }
+    name += upper ? char(std::toupper(static_cast<unsigned char>(*c))) : *c;
+    upper = false;
+  }
+  return name + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Spec, BadSpecTest, ::testing::ValuesIn(kBadSpecs), badSpecName);
 
 TEST(SpecValidation, ReportsEveryErrorInOnePass) {
   const std::string text =

@@ -74,6 +74,11 @@ const char* nameOf(AllreduceAlgorithm a) {
   }
 }
 
+}  // namespace
+// gtest prints a parameter through PrintTo, found beside its type: the algorithm's name, not its bytes.
+static void PrintTo(AllreduceAlgorithm a, std::ostream* os) { *os << nameOf(a); }
+namespace {
+
 // Every member count from 1 to 9 (powers of two, and the others that fold members in), sizes smaller than
 // the member count and not divisible by it.
 TEST(Allreduce, MatchesSerialSumForAwkwardSizes) {
