@@ -68,7 +68,7 @@ Status Controller::checkAvailable() const {
 void Controller::log(nlohmann::json event) {
   if (!options_.events) return;
   if (!options_.strategy.empty()) event["strategy"] = options_.strategy;
-  (void)options_.events->append(event);
+  options_.events->record(event);
 }
 
 Status Controller::persistLocked() {

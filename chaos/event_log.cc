@@ -8,6 +8,8 @@
 
 #include "chaos/clock.h"
 
+#include <glog/logging.h>
+
 namespace chaosbed::chaos {
 
 Result<std::unique_ptr<EventLog>> EventLog::open(const std::string& path) {
@@ -39,6 +41,16 @@ Status EventLog::append(nlohmann::json event) {
     done += static_cast<size_t>(n);
   }
   return Status::ok();
+}
+
+void EventLog::record(nlohmann::json event) {
+  const std::string type = event.value("type", "");
+  if (Status s = append(std::move(event)); !s.isOk()) {
+    lost_.fetch_add(1);
+    if (!streak_.exchange(true)) LOG(WARNING) << "event " << type << " not recorded: " << s.toString();
+  } else {
+    streak_.store(false);
+  }
 }
 
 }  // namespace chaosbed::chaos

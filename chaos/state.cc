@@ -146,7 +146,7 @@ Result<int> cleanupStale(const std::string& dir, EventLog* log, const std::strin
         nlohmann::json ev{{"type", "chaos.healed"}, {"fault_id", e->fault_id}, {"name", e->name},
                           {"kind", e->kind}, {"node", e->node}, {"op", healOpName(r.op)}, {"by", by}};
         if (!s.isOk()) ev["error"] = s.toString();
-        (void)log->append(ev);
+        log->record(ev);
       }
     }
   }

@@ -349,7 +349,7 @@ int runNodeProcess(const NodeLaunch& launch) {
   control.stopBackground();  // sends the final report
   if (!result.isOk()) {
     LOG(ERROR) << node << ": " << result.toString();
-    (void)control.event("error", {{"message", result.toString()}});
+    control.recordEvent("error", {{"message", result.toString()}});
     return kExitInfrastructure;
   }
   if (control.controllerLost()) {

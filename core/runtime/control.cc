@@ -138,6 +138,14 @@ Status ControlChannel::event(const std::string& type, nlohmann::json fields) {
   return n.isOk() ? Status::ok() : n.status();
 }
 
+void ControlChannel::recordEvent(const std::string& type, nlohmann::json fields) {
+  if (Status s = event(type, std::move(fields)); !s.isOk()) {
+    if (events_lost_.fetch_add(1) == 0) LOG(WARNING) << node_ << ": event " << type << " not recorded: " << s.toString();
+  } else {
+    events_lost_.store(0);
+  }
+}
+
 Status ControlChannel::noticeReceived() {
   return store_.set(keys_.notice(node_, incarnation_), std::to_string(realtimeNs()));
 }

@@ -123,6 +123,9 @@ class ControlChannel {
   Status reportStats(const NodeStats& stats);
   // Appends {"type": type, "node": node, "t": elapsed(), ...fields}.
   Status event(const std::string& type, nlohmann::json fields = {});
+  // The same, best effort: an event the store does not take (the controller has gone at the end of a run,
+  // say) is logged, the first of a streak, and never stops the node's work.
+  void recordEvent(const std::string& type, nlohmann::json fields = {});
   Status noticeReceived();
 
   // Set when the controller published "stop", or when the watchers found the controller gone.
@@ -180,6 +183,7 @@ class ControlChannel {
   Result<Membership> readMembership(Store& from, int64_t generation, Deadline deadline);
   Result<Membership> decodeMembership(const std::string& value, int64_t generation) const;
   void watchStop();
+  std::atomic<int64_t> events_lost_{0};  // recordEvent's failures: the first of a streak is logged
   void watchMembership();
   void watchLinks(const std::function<Status(const LinkCommand&)>& apply);
   // Runs a watcher on its own thread, counted in watching_ while it runs.

@@ -113,7 +113,7 @@ class Evaluator {
     auto records = evaluator_->records();
     for (; published_ < records.size(); ++published_) {
       const auto& r = records[published_];
-      (void)ctx_.control.event("eval", {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy},
+      ctx_.control.recordEvent("eval", {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy},
                                         {"loss", r.loss}});
     }
   }

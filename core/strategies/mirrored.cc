@@ -177,7 +177,7 @@ void MirroredWorker::completeStep(int64_t global_samples, int64_t my_samples, St
   if (recovery_started_) {
     const double seconds = secondsSince(*recovery_started_);
     ctx_.accounting.recovery(seconds);
-    (void)ctx_.control.event("recovered", {{"seconds", seconds},
+    ctx_.control.recordEvent("recovered", {{"seconds", seconds},
                                            {"generation", membership_.generation},
                                            {"step", progress_.step}});
     recovery_started_.reset();
@@ -248,10 +248,10 @@ void MirroredWorker::writeCheckpoint(const char* reason) {
   ctx_.accounting.add(TimeCategory::kCheckpoint, secondsSince(started));
   ctx_.accounting.checkpoint(s.isOk());
   if (s.isOk()) {
-    (void)ctx_.control.event("checkpoint", {{"step", progress_.step}, {"reason", reason}});
+    ctx_.control.recordEvent("checkpoint", {{"step", progress_.step}, {"reason", reason}});
   } else {
     LOG(WARNING) << "mirrored rank " << me_ << ": checkpoint of step " << progress_.step << " failed: " << s.toString();
-    (void)ctx_.control.event("checkpoint_failed", {{"step", progress_.step}, {"error", s.toString()}});
+    ctx_.control.recordEvent("checkpoint_failed", {{"step", progress_.step}, {"error", s.toString()}});
   }
   next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                               std::chrono::duration<double>(cfg_.checkpoint_interval_s));
@@ -350,7 +350,7 @@ Result<MirroredOutcome> MirroredWorker::run() {
       if (me_ == saver) writeCheckpoint("notice");
       if (contains(out.noticed, me_)) {
         left_on_notice_ = true;
-        (void)ctx_.control.event("left_on_notice", {{"step", progress_.step}, {"generation", membership_.generation}});
+        ctx_.control.recordEvent("left_on_notice", {{"step", progress_.step}, {"generation", membership_.generation}});
         break;
       }
       const auto departed = SteadyClock::now();

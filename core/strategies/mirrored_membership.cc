@@ -158,7 +158,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
     // would, and the state is synchronised again; with none, the run starts from scratch and says so.
     CHAOSBED_RETURN_IF_ERROR(restoreCheckpoint());
     if (me_ == comm_.members.front())
-      (void)ctx_.control.event(progress_.step > 0 ? "restored_after_total_loss" : "restart_from_scratch",
+      ctx_.control.recordEvent(progress_.step > 0 ? "restored_after_total_loss" : "restart_from_scratch",
                                {{"step", progress_.step}, {"samples", progress_.samples}, {"generation", m.generation}});
   }
   bool uniform = true;
@@ -187,7 +187,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
             ? (predecessor_step - progress_.step) * static_cast<int64_t>(bpw_)
             : 0;
     if (lost + predecessor_lost > 0) ctx_.accounting.rollback(lost + predecessor_lost);
-    (void)ctx_.control.event("rollback", {{"step", progress_.step},
+    ctx_.control.recordEvent("rollback", {{"step", progress_.step},
                                           {"from_step", pre_rollback_step},
                                           {"samples_lost", lost + predecessor_lost},
                                           {"generation", m.generation}});
@@ -199,7 +199,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
 // "failure_detected": the controller's Supervision answers a failure that no process exit explains with a
 // new generation (experiments/run: onCollectiveFailure, onTick).
 void MirroredWorker::reportFailure(const Status& why, int64_t generation, const std::string& reason) {
-  (void)ctx_.control.event("failure_detected", {{"lost_rank", why.peer()},
+  ctx_.control.recordEvent("failure_detected", {{"lost_rank", why.peer()},
                                                 {"step", progress_.step},
                                                 {"generation", generation},
                                                 {"reason", reason},
@@ -244,7 +244,7 @@ Status MirroredWorker::switchGeneration(int64_t generation, bool& stopped) {
   Status s = m.isOk() ? enterGeneration(*m) : m.status();
   if (s.isOk()) {
     ctx_.accounting.add(TimeCategory::kIdleRecovery, secondsSince(started));
-    (void)ctx_.control.event("membership_changed", {{"generation", generation},
+    ctx_.control.recordEvent("membership_changed", {{"generation", generation},
                                                     {"workers", m->workers},
                                                     {"joined", m->joined},
                                                     {"step", progress_.step},

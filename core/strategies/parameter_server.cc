@@ -210,7 +210,7 @@ Status PsServer::restore() {
     // A synchronous round held one gradient per worker (fewer if one was down: this counts it full).
     gradients_applied_ = version_ * (ctx_.strategy.max_staleness == 0 ? ctx_.workers : 1);
     for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
-    (void)ctx_.control.event("restored", {{"shard", shard_}, {"version", version_}, {"path", loaded->path}});
+    ctx_.control.recordEvent("restored", {{"shard", shard_}, {"version", version_}, {"path", loaded->path}});
   }
   // Updates the previous incarnation applied after this checkpoint (all of them, without one) are lost.
   const std::string applied_key = "ps/" + std::to_string(shard_) + "/applied";
@@ -230,7 +230,7 @@ Status PsServer::restore() {
   const int64_t lost_updates = std::max<int64_t>(0, applied_version - version_);
   const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
   ctx_.accounting.rollback(lost);
-  (void)ctx_.control.event("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},
+  ctx_.control.recordEvent("rollback", {{"shard", shard_}, {"version", version_}, {"lost_updates", lost_updates},
                                         {"samples_lost", lost}});
   return Status::ok();
 }
@@ -499,10 +499,10 @@ void PsServer::reportCheckpoints() {
   for (const AsyncCheckpointWriter::Completed& c : writer_->takeCompleted()) {
     ctx_.accounting.checkpoint(c.status.isOk());
     if (c.status.isOk()) {
-      (void)ctx_.control.event("checkpoint", {{"shard", shard_}, {"version", c.step}});
+      ctx_.control.recordEvent("checkpoint", {{"shard", shard_}, {"version", c.step}});
     } else {
       LOG(WARNING) << "ps-" << shard_ << ": checkpoint of version " << c.step << " failed: " << c.status.toString();
-      (void)ctx_.control.event("checkpoint_failed", {{"shard", shard_}, {"version", c.step}, {"error", c.status.toString()}});
+      ctx_.control.recordEvent("checkpoint_failed", {{"shard", shard_}, {"version", c.step}, {"error", c.status.toString()}});
     }
   }
 }
@@ -516,7 +516,7 @@ void PsServer::onNotice() {
     saved = writer_->flush(deadlineIn(10s));
   }
   reportCheckpoints();
-  (void)ctx_.control.event("notice_checkpoint", {{"shard", shard_}, {"version", version_}, {"saved", saved.isOk()},
+  ctx_.control.recordEvent("notice_checkpoint", {{"shard", shard_}, {"version", version_}, {"saved", saved.isOk()},
                                                  {"error", saved.isOk() ? "" : saved.toString()}});
 }
 
@@ -677,7 +677,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
 Status PsWorker::awaitServer(const Status& why) {
   if (!recovering_since_) {
     recovering_since_ = ctx_.control.elapsed();
-    (void)ctx_.control.event("failure_detected", {{"lost", why.peer()}, {"status", why.toString()}});
+    ctx_.control.recordEvent("failure_detected", {{"lost", why.peer()}, {"status", why.toString()}});
   }
   Accounting::Timer t(ctx_.accounting, TimeCategory::kIdleServer);
   for (int s = 0; s < int(ranges_.size()); ++s) {
@@ -708,7 +708,7 @@ Status PsWorker::run() {
   int64_t steps = 0;
   while (!timeUp(ctx_) && (ctx_.config.max_steps == 0 || steps < ctx_.config.max_steps)) {
     if (ctx_.strategy.checkpoint_on_notice && ctx_.noticeReceived()) {
-      (void)ctx_.control.event("left_on_notice", {{"step", steps}});
+      ctx_.control.recordEvent("left_on_notice", {{"step", steps}});
       break;
     }
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);  // the step's own bookkeeping
@@ -734,7 +734,7 @@ Status PsWorker::run() {
     if (recovering_since_) {
       const double took = ctx_.control.elapsed() - *recovering_since_;
       ctx_.accounting.recovery(took);
-      (void)ctx_.control.event("recovered", {{"seconds", took}});
+      ctx_.control.recordEvent("recovered", {{"seconds", took}});
       recovering_since_.reset();
     }
   }

@@ -139,7 +139,7 @@ void EmulatedAccelerator::afterCompute(SteadyClock::time_point compute_started) 
   if (compute_->computeSeconds() && !reported_) {
     reported_ = true;
     const double compute = *compute_->computeSeconds();
-    (void)ctx_->control.event("emulation_calibrated", {{"compute_seconds", compute},
+    ctx_->control.recordEvent("emulation_calibrated", {{"compute_seconds", compute},
                                                          {"target_ratio", target_ratio_},
                                                          {"transfer_seconds", compute * target_ratio_}});
   }

@@ -153,7 +153,7 @@ Status Supervisor::restartLocked(const std::string& node) {
   if (!pid.isOk()) return pid.status();
   const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
   if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
-  if (ctx_.events) (void)ctx_.events->append({{"type", "node.restarted"}, {"strategy", strategy_.label},
+  if (ctx_.events) ctx_.events->record({{"type", "node.restarted"}, {"strategy", strategy_.label},
                                               {"node", node}, {"incarnation", incarnation}, {"t", now()}});
   return Status::ok();
 }
@@ -171,14 +171,14 @@ void Supervisor::execute(const std::vector<control::Action>& actions) {
         const Membership& m = a.membership;
         if (Status s = ctx_.store->set(keys_.membership(m.generation), m.toJson().dump()); !s.isOk())
           LOG(ERROR) << "publishing membership: " << s.toString();
-        if (ctx_.events) (void)ctx_.events->append({{"type", "membership"}, {"strategy", strategy_.label},
+        if (ctx_.events) ctx_.events->record({{"type", "membership"}, {"strategy", strategy_.label},
                                                     {"membership", m.toJson()}, {"t", now()}});
         break;
       }
       case control::Action::Kind::kRecovery:
         recordRecovery(a.seconds, a.cause);
         if (ctx_.events)
-          (void)ctx_.events->append({{"type", "recovery"}, {"strategy", strategy_.label}, {"seconds", a.seconds},
+          ctx_.events->record({{"type", "recovery"}, {"strategy", strategy_.label}, {"seconds", a.seconds},
                                      {"cause", a.cause}, {"t", now()}});
         break;
     }
@@ -236,7 +236,7 @@ void Supervisor::handleExits() {
         // "#n" as the control plane counts incarnations (predecessors), as accounting_residual_node does.
         result_.crashes.push_back({e.name + "#" + std::to_string(e.incarnation - 1), e.describe(), t});
       }
-      if (ctx_.events) (void)ctx_.events->append({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
+      if (ctx_.events) ctx_.events->record({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
                                                   {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
       execute(actions);
     }
@@ -290,7 +290,7 @@ void Supervisor::requestStop(const std::string& reason) {
     supervision_->onStop(result_.wall_seconds);
   }
   (void)ctx_.store->set(keys_.stop(), reason);
-  if (ctx_.events) (void)ctx_.events->append({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
+  if (ctx_.events) ctx_.events->record({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
                                               {"t", result_.wall_seconds}});
 }
 
@@ -349,7 +349,7 @@ Result<StrategyResult> Supervisor::run() {
   start_ns_ = realtimeNs();
   controller_cpu_at_start_ = processUsage().cpu_seconds;
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
-  if (ctx_.events) (void)ctx_.events->append({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
+  if (ctx_.events) ctx_.events->record({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
   if (chaos_controller) CHAOSBED_RETURN_IF_ERROR(chaos_controller->start());
 
   const double time_limit = spec_.training.time_limit_s;
@@ -473,7 +473,7 @@ Result<StrategyResult> Supervisor::run() {
       nlohmann::json ev = e.toJson();
       ev["type"] = "fault.episode";
       ev["strategy"] = strategy_.label;
-      (void)ctx_.events->append(ev);
+      ctx_.events->record(ev);
     }
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
   if (result_.tta_resolution_steps) result_.tta_resolution_s = medianEvalGap(result_.timeline);

@@ -56,7 +56,7 @@ void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
   const double t = now();
   LOG(INFO) << strategy_.label << ": " << name << " declared lost at " << t << " s (silent since " << lost.silent_since_s
             << " s; failure_detection.timeout_s " << detector_.timeout_s() << ")";
-  if (ctx_.events) (void)ctx_.events->append({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
+  if (ctx_.events) ctx_.events->record({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
                                               {"silent_since_s", lost.silent_since_s}, {"timeout_s", detector_.timeout_s()},
                                               {"t", t}});
   {
@@ -93,7 +93,7 @@ void Supervisor::handleEvent(const std::string& text) {
   if (const double sent = number(e, "t", -1); sent >= 0 && polling_events_)
     result_.control_plane.event_latency_s.push_back(std::max(0.0, now() - sent));
   e["strategy"] = strategy_.label;
-  if (ctx_.events) (void)ctx_.events->append(e);
+  if (ctx_.events) ctx_.events->record(e);
   const std::string type = e.value("type", "");
   if (type == "eval" && e.value("node", "") == nodeName("evaluator", 0)) {
     EvalPoint p;
