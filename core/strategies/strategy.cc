@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 namespace chaosbed {
@@ -11,7 +12,7 @@ Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config, Splits wh
 }  // namespace
 
 nlohmann::json StrategyOptions::toJson() const {
-  nlohmann::json j = {{"kind", kind == StrategyKind::kMirrored ? "mirrored" : "parameter_server"},
+  nlohmann::json j = {{"kind", strategyKindName(kind)},
                       {"label", label},
                       {"elastic", elastic},
                       {"backup_workers", backup_workers},
@@ -25,7 +26,10 @@ nlohmann::json StrategyOptions::toJson() const {
 
 StrategyOptions StrategyOptions::fromJson(const nlohmann::json& j) {
   StrategyOptions o;
-  o.kind = j.at("kind").get<std::string>() == "mirrored" ? StrategyKind::kMirrored : StrategyKind::kParameterServer;
+  const std::string kind = j.at("kind").get<std::string>();
+  const auto parsed = parseStrategyKind(kind);
+  if (!parsed) throw std::invalid_argument("strategy.kind: unknown kind '" + kind + "'");
+  o.kind = *parsed;
   o.label = j.value("label", std::string());
   o.elastic = j.value("elastic", false);
   o.backup_workers = j.value("backup_workers", 0);

@@ -31,11 +31,10 @@
 #include "core/model/emulation.h"
 #include "core/model/model.h"
 #include "core/runtime/control.h"
+#include "core/strategies/strategy_kind.h"
 #include "transports/transport.h"
 
 namespace chaosbed {
-
-enum class StrategyKind { kMirrored, kParameterServer };
 
 // A strategy and its variant options, as listed in the spec.
 struct StrategyOptions {
@@ -65,7 +64,7 @@ struct TrainingConfig {
   double learning_rate = 0.05;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  uint64_t seed = 42;
+  uint64_t seed = 1;  // as the spec's default (experiments/spec/spec.h)
   double target_accuracy = 0.85;
   double time_limit_s = 300;
   double eval_interval_s = 1.0;

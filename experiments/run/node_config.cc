@@ -27,7 +27,7 @@ TrainingConfig trainingConfig(const spec::ExperimentSpec& s, const spec::Strateg
 
 StrategyOptions strategyOptions(const spec::ExperimentSpec& s, const spec::StrategySpec& st) {
   StrategyOptions o;
-  o.kind = st.kind == spec::StrategyKind::kMirrored ? StrategyKind::kMirrored : StrategyKind::kParameterServer;
+  o.kind = st.kind;
   o.label = st.label;
   o.elastic = st.on_failure == spec::OnFailure::kElastic;
   o.backup_workers = st.backup_workers;

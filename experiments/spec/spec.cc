@@ -73,8 +73,6 @@ constexpr std::pair<Transport, const char*> kTransports[] = {{Transport::kUcx, "
 constexpr std::pair<Hosts, const char*> kHosts[] = {{Hosts::kLocal, "local"}, {Hosts::kNetns, "netns"}, {Hosts::kAgents, "agents"}};
 constexpr std::pair<Dataset, const char*> kDatasets[] = {
     {Dataset::kFashionMnist, "fashion-mnist"}, {Dataset::kMnist, "mnist"}, {Dataset::kSynthetic, "synthetic"}};
-constexpr std::pair<StrategyKind, const char*> kStrategies[] = {{StrategyKind::kMirrored, "mirrored"},
-                                                                {StrategyKind::kParameterServer, "parameter_server"}};
 constexpr std::pair<OnFailure, const char*> kOnFailure[] = {{OnFailure::kRestart, "restart"},
                                                             {OnFailure::kElastic, "elastic"}};
 constexpr std::pair<OnServerFailure, const char*> kOnServerFailure[] = {
@@ -565,7 +563,7 @@ std::string pushGatewayProblem(std::string_view url) {
 const char* name(Transport v) { return enumName(v, kTransports); }
 const char* name(Hosts v) { return enumName(v, kHosts); }
 const char* name(Dataset v) { return enumName(v, kDatasets); }
-const char* name(StrategyKind v) { return enumName(v, kStrategies); }
+const char* name(StrategyKind v) { return strategyKindName(v); }
 const char* name(OnFailure v) { return enumName(v, kOnFailure); }
 const char* name(OnServerFailure v) { return enumName(v, kOnServerFailure); }
 

@@ -42,6 +42,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/model/emulation.h"
+#include "core/strategies/strategy_kind.h"
 #include "chaos/spec.h"
 #include "core/config/config.h"
 #include "transports/base/status.h"
@@ -54,7 +55,7 @@ inline constexpr const char* kKind = "Experiment";
 enum class Transport : uint8_t { kUcx, kNccl };
 enum class Hosts : uint8_t { kLocal, kNetns, kAgents };
 enum class Dataset : uint8_t { kFashionMnist, kMnist, kSynthetic };
-enum class StrategyKind : uint8_t { kMirrored, kParameterServer };
+using ::chaosbed::StrategyKind;  // core/strategies/strategy_kind.h: one enum from the spec to the nodes
 enum class OnFailure : uint8_t { kRestart, kElastic };
 enum class OnServerFailure : uint8_t { kShardRestart, kJobRestart };
 
