@@ -1,5 +1,7 @@
 #include "chaos/state.h"
 
+#include "transports/base/files.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,33 +34,6 @@ Result<std::optional<std::string>> readWhole(const std::string& path) {
 
 }  // namespace
 
-Status writeFileAtomic(const std::string& path, const std::string& contents) {
-  // mkostemp: a fresh name created exclusively, so a planted file or symlink is never written through.
-  std::string tmp = path + ".tmp-XXXXXX";
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return Status::fromErrno(tmp + ": cannot create");
-  (void)::fchmod(fd, 0644);
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::fromErrno(tmp + ": write", e);
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return Status::fromErrno(path + ": rename", e);
-  }
-  return Status::ok();
-}
-
 Status writeState(const std::string& dir, const ChaosState& state) { return writeStateFile(join(dir, kStateFile), state); }
 
 Result<std::optional<ChaosState>> readState(const std::string& dir) { return readStateFile(join(dir, kStateFile)); }
@@ -77,7 +52,7 @@ Status writeStateFile(const std::string& path, const ChaosState& state) {
     for (const HealRecord& r : e.heal) je["heal"].push_back(healToJson(r));
     j["entries"].push_back(je);
   }
-  return writeFileAtomic(path, j.dump() + "\n");
+  return writeFileAtomically(path, j.dump() + "\n", 0644, /*sync=*/false);
 }
 
 Result<std::optional<ChaosState>> readStateFile(const std::string& path) {
@@ -111,7 +86,7 @@ Result<std::optional<ChaosState>> readStateFile(const std::string& path) {
 }
 
 Status renewLease(const std::string& dir, int64_t monotonic_ns) {
-  return writeFileAtomic(join(dir, kLeaseFile), std::to_string(monotonic_ns) + "\n");
+  return writeFileAtomically(join(dir, kLeaseFile), std::to_string(monotonic_ns) + "\n", 0644, /*sync=*/false);
 }
 
 Result<int64_t> readLease(const std::string& dir) {

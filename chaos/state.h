@@ -58,8 +58,6 @@ inline constexpr const char* kLeaseFile = "lease";
 // takes these faults as reverted instead of reverting or re-recording them (Controller::adoptAgentHealLocked).
 inline constexpr const char* kHealedFile = "healed.json";
 
-// Writes `contents` to dir/name atomically (temporary file + rename).
-Status writeFileAtomic(const std::string& path, const std::string& contents);
 
 Status writeState(const std::string& dir, const ChaosState& state);
 // nullopt when there is no state file; DataLoss naming the file when it is corrupt.

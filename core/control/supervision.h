@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/control/node_id.h"
-#include "core/runtime/control.h"
+#include "core/control/membership.h"
 
 namespace chaosbed::control {
 

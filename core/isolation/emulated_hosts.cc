@@ -8,7 +8,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/launcher/command.h"
+#include "core/isolation/command.h"
 
 namespace chaosbed {
 namespace {

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/control/keys.h"
+#include "core/control/membership.h"
 #include "core/metrics/accounting.h"
 #include "core/runtime/link_command.h"
 #include "transports/bootstrap/store.h"
@@ -49,29 +50,6 @@ int64_t realtimeNs();
 
 // The value of the "start" key: a decimal realtime ns > 0, nothing else (no sign, space or suffix).
 Result<int64_t> parseStartNs(std::string_view text);
-
-// Who takes part in training, decided by the controller. Ranks are transport ranks.
-struct Membership {
-  static constexpr size_t kMaxMembers = 65536;
-
-  int64_t generation = 0;
-  std::vector<int> workers;  // live worker ranks of this generation, sorted
-  bool rollback = false;     // everyone restores the latest checkpoint before continuing (restart policy)
-  std::vector<int> joined;   // replacements that join in this generation (elastic: receive params)
-  // The incarnation of each member (parallel to workers; empty: every member is a first incarnation). A
-  // replacement enters only a generation that names its own incarnation, never one meant for its predecessor.
-  std::vector<int> incarnations;
-
-  // rank's incarnation in this generation; nullopt when rank is not a member.
-  std::optional<int> incarnationOf(int rank) const;
-  nlohmann::json toJson() const;
-  // Checked decode, never throws. InvalidArgument unless: generation is an integer >= 0; workers is a
-  // non-empty, strictly increasing list of ranks in [0, world_workers) (only >= 0 when world_workers is 0);
-  // rollback, when present, is a boolean; joined, when present, lists distinct members of workers;
-  // incarnations, when present, holds one integer >= 0 per member.
-  static Result<Membership> fromJson(const nlohmann::json& j, int world_workers = 0);
-  static Result<Membership> decode(std::string_view text, int world_workers = 0);
-};
 
 // How a loop that polls the store paces itself. A pure function of the outcomes it was shown (unit-tested
 // without a store or a clock): OK and Timeout (the long poll ran out) go on at once; any other error waits

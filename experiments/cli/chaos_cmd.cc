@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "transports/base/files.h"
 #include "chaos/controller.h"
 #include "chaos/host_state.h"
 #include "chaos/local_cluster.h"
@@ -243,7 +244,7 @@ int benchCommand() {
   }
   cluster->reset();
   if (!FLAGS_bench_json.empty()) {
-    Status s = chaos::writeFileAtomic(FLAGS_bench_json, out.dump(2) + "\n");
+    Status s = writeFileAtomically(FLAGS_bench_json, out.dump(2) + "\n");
     if (!s.isOk()) {
       std::fprintf(stderr, "chaos bench: %s\n", s.toString().c_str());
       return kExitInfrastructure;

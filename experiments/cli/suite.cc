@@ -72,7 +72,7 @@ int runSuite(int argc, char** argv) {
   };
   suite::SuiteOutcome outcome = suite::runSuite(*suite, out_dir, runner, stdout);
   if (!FLAGS_junit.empty()) {
-    if (Status s = run::writeTextAtomically(FLAGS_junit, suite::junitXml(suite->name, outcome.results)); !s.isOk()) {
+    if (Status s = writeFileAtomically(FLAGS_junit, suite::junitXml(suite->name, outcome.results)); !s.isOk()) {
       std::fprintf(stderr, "chaosbed suite: %s\n", s.toString().c_str());
       return kExitInfrastructure;
     }

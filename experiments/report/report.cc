@@ -10,7 +10,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "experiments/run/results.h"
+#include "core/metrics/accounting.h"
+#include "transports/base/files.h"
 
 namespace chaosbed::report {
 namespace {
@@ -634,7 +635,7 @@ std::string renderReport(const ReportInput& in) {
 
 Status writeReport(const std::string& dir) {
   CHAOSBED_ASSIGN_OR_RETURN(ReportInput in, loadReportInput(dir));
-  return run::writeTextAtomically(dir + "/report.html", renderReport(in));
+  return writeFileAtomically(dir + "/report.html", renderReport(in));
 }
 
 }  // namespace chaosbed::report

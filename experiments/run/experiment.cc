@@ -132,7 +132,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   }
   const std::string& dir = outcome.dir;
   const std::string resolved_spec = spec::emitExperimentSpec(spec);
-  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/spec.yaml", resolved_spec));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(dir + "/spec.yaml", resolved_spec));
   // A summary exists from the start (no strategy yet, not complete) and is replaced atomically after each
   // strategy, so that a run that dies or fills the disk still leaves a parseable one.
   Provenance provenance = Provenance::atStart();
@@ -198,7 +198,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     ao.config.host_names = spec.cluster.host_names;
     ao.config_path = dir + "/agents.json";
     ::unlink(ao.config_path.c_str());  // an earlier run's in a reused --out
-    CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(ao.config_path, ao.config.toJson().dump(2) + "\n", 0600));
+    CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(ao.config_path, ao.config.toJson().dump(2) + "\n", 0600));
     ao.log_dir = dir + "/logs";
     ao.interrupted = options.interrupted;
     if (hosts)

@@ -43,40 +43,6 @@ Result<std::string> makeResultsDir(const std::string& base, const std::string& e
   return dir.string();
 }
 
-Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode) {
-  // mkostemp: a fresh name, created exclusively (never a planted file or symlink), mode 0600 until fchmod.
-  std::string tmp = path + ".tmp-XXXXXX";
-  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return Status::fromErrno("cannot create a temporary file beside " + path);
-  if (::fchmod(fd, mode) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Status::fromErrno("cannot chmod " + tmp, err);
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::fromErrno("cannot write " + tmp, err);
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::fromErrno("cannot flush " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::fromErrno("cannot rename " + tmp + " to " + path);
-  }
-  return Status::ok();
-}
-
 Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                     const std::vector<StrategyResult>& results, bool complete, const RunRecord& record) {
   nlohmann::json rates = nlohmann::json::array();
@@ -99,7 +65,7 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                       {"simulated", spec.cluster.simulate ? nlohmann::json(kSimulatedNote) : nlohmann::json(nullptr)},
                       {"strategies", strategies}};
   const std::string text = j.dump(2) + "\n";
-  Status s = writeTextAtomically(dir + "/summary.json", text);
+  Status s = writeFileAtomically(dir + "/summary.json", text);
   // What was measured is never lost: when the file cannot be written (a full disk), it goes to stderr, and
   // the summary.json written before (at the start, after each strategy) stays whole.
   if (!s.isOk())
@@ -118,7 +84,7 @@ Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>
                     static_cast<long long>(p.samples), p.alive);
       out << line;
     }
-  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir + "/timeseries.csv", out.str()));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(dir + "/timeseries.csv", out.str()));
 
   std::ostringstream nodes;
   nodes << "time_s,strategy,node,wall_s";
@@ -134,7 +100,7 @@ Status writeTimeseries(const std::string& dir, const std::vector<StrategyResult>
       }
       nodes << "\n";
     }
-  return writeTextAtomically(dir + "/node_timeseries.csv", nodes.str());
+  return writeFileAtomically(dir + "/node_timeseries.csv", nodes.str());
 }
 
 std::string nodeTimeColumn(TimeCategory c) {

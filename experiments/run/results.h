@@ -21,13 +21,13 @@
 #include "experiments/run/provenance.h"
 #include "experiments/run/strategy_run.h"
 #include "experiments/spec/spec.h"
+#include "transports/base/files.h"
 
 namespace chaosbed::run {
 
 // results/<experiment>/<UTC time>-<id>/ under base, with base/<experiment>/latest pointing at it.
 Result<std::string> makeResultsDir(const std::string& base, const std::string& experiment, std::string* run_id);
 
-Status writeTextAtomically(const std::string& path, const std::string& text, mode_t mode = 0644);
 // summary.json: the experiment, its rate-driven faults' rates, every strategy's result, and the run's
 // provenance.
 struct RunRecord {

@@ -86,7 +86,7 @@ Status Supervisor::prepare() {
     config["host_addresses"] = result_.host_addresses;
     config["net_devices"] = devices;
   }
-  CHAOSBED_RETURN_IF_ERROR(writeTextAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(dir_ + "/node-config.json", config.dump(2), 0600));
 
   const std::string cgroup_group = (ctx_.claim ? ctx_.claim->owner() : ctx_.run_id) + "-" + strategy_.label;
   if (ctx_.agents != nullptr) {

@@ -99,8 +99,8 @@ Result<NoiseOutcome> runNoise(const NoiseOptions& options, const PointRunner& ru
     j["strategies"][st.label] = {{"tta_seconds", spreadJson(row.tta)}, {"tta_sustained_seconds", spreadJson(row.tta_sustained)}};
     out.strategies.push_back(row);
   }
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/noise.csv", csv.str()));
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/noise.json", j.dump(2) + "\n"));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/noise.csv", csv.str()));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/noise.json", j.dump(2) + "\n"));
   return out;
 }
 

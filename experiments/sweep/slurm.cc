@@ -6,7 +6,7 @@
 #include <fstream>
 #include <thread>
 
-#include "core/launcher/command.h"
+#include "core/isolation/command.h"
 #include "experiments/run/results.h"
 
 namespace chaosbed::sweep {
@@ -122,9 +122,9 @@ Result<SweepOutcome> runSweepOnSlurm(const SweepOptions& given, const SlurmOptio
   }
   std::string ids;
   for (const PlannedPoint& p : pending) ids += p.id + "\n";
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(dir + "/points.txt", ids));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(dir + "/points.txt", ids));
   const std::string script = dir + "/sweep.sbatch";
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(
       script, arrayScript(slurm.chaosbed_binary, options.spec_path, options.out_dir, pending.size())));
   for (size_t i = 0; i < pending.size(); ++i) fs::remove(dir + "/task-" + std::to_string(i) + ".log", ec);
 
@@ -137,7 +137,7 @@ Result<SweepOutcome> runSweepOnSlurm(const SweepOptions& given, const SlurmOptio
   const std::string job = out.substr(0, out.find_first_of(";\n"));
   if (job.empty() || job.find_first_not_of("0123456789") != std::string::npos)
     return Status::ioError("sbatch printed '" + out + "', not a job id");
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(job_file, job + "\n"));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(job_file, job + "\n"));
   if (options.progress) {
     std::fprintf(options.progress, "sweep: %zu point(s) submitted as Slurm job array %s (script %s, logs %s/task-<i>.log)\n",
                  pending.size(), job.c_str(), script.c_str(), dir.c_str());

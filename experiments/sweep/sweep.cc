@@ -637,7 +637,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       csv << "\n";
     }
   }
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/sweep.csv", csv.str()));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/sweep.csv", csv.str()));
 
   if (!axes.empty() && !ps_label.empty() && !m_label.empty()) {
     const auto& first = base.sweep->grid.front();
@@ -662,7 +662,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
     // One baseline (a grid over chaos parameters only) is a reference for every point; several (one per
     // value of a non-chaos axis) would each belong to their own series, which the plot does not draw.
     const std::optional<TtaRatio> baseline = baseline_groups.size() == 1 ? ratios[baseline_groups[0]] : std::nullopt;
-    CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(
+    CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(
         options.out_dir + "/crossover.svg",
         crossoverSvg(first.path, first.values, series, baseline, ps_label, m_label, &out.crossings)));
   }

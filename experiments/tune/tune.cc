@@ -160,9 +160,9 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
     tuned.strategies[i].recipe = w;
     tuned.strategies[i].shards = t.recipes[t.winner].shards;
   }
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/tune.csv", csv.str(), 0644));
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(options.out_dir + "/tune.json", j.dump(2) + "\n", 0644));
-  CHAOSBED_RETURN_IF_ERROR(run::writeTextAtomically(
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/tune.csv", csv.str(), 0644));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/tune.json", j.dump(2) + "\n", 0644));
+  CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(
       options.out_dir + "/tuned.yaml",
       "# " + options.spec_path + " with each strategy's best no-fault recipe (chaosbed tune; see tune.json)\n" +
           spec::emitExperimentSpec(tuned),

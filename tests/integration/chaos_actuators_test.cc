@@ -30,7 +30,7 @@
 #include "chaos/controller.h"
 #include "chaos/local_cluster.h"
 #include "core/isolation/emulated_hosts.h"
-#include "core/launcher/command.h"
+#include "core/isolation/command.h"
 #include "transports/bootstrap/net.h"
 
 namespace chaosbed::chaos {

@@ -1,4 +1,4 @@
-#include "core/launcher/command.h"
+#include "core/isolation/command.h"
 
 #include <fcntl.h>
 #include <poll.h>
