@@ -41,10 +41,10 @@
 #include "chaos/actuators/link.h"
 #include "chaos/actuators/signal.h"
 #include "chaos/clock.h"
-#include "chaos/cluster.h"
+#include "chaos/model/cluster.h"
 #include "chaos/event_log.h"
-#include "chaos/fault.h"
-#include "chaos/spec.h"
+#include "chaos/model/fault.h"
+#include "chaos/model/spec.h"
 #include "chaos/state.h"
 
 namespace chaosbed::chaos {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "chaos/cluster.h"
+#include "chaos/model/cluster.h"
 #include "core/isolation/cgroup.h"
 #include "transports/base/thread_annotations.h"
 

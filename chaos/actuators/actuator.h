@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "chaos/actuators/heal.h"
-#include "chaos/cluster.h"
-#include "chaos/fault.h"
+#include "chaos/model/cluster.h"
+#include "chaos/model/fault.h"
 #include "transports/base/status.h"
 
 namespace chaosbed::chaos {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "chaos/actuators/actuator.h"
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 
 namespace chaosbed::chaos {
 

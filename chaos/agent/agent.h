@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 #include "transports/base/status.h"
 
 namespace chaosbed::chaos {

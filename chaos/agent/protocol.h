@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "chaos/fault.h"
+#include "chaos/model/fault.h"
 #include "core/launcher/launcher.h"
 #include "transports/base/status.h"
 

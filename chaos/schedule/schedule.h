@@ -24,9 +24,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "chaos/cluster.h"
-#include "chaos/fault.h"
-#include "chaos/spec.h"
+#include "chaos/model/cluster.h"
+#include "chaos/model/fault.h"
+#include "chaos/model/spec.h"
 #include "transports/base/status.h"
 
 namespace chaosbed::chaos {

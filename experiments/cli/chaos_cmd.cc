@@ -28,7 +28,7 @@
 #include "chaos/host_state.h"
 #include "chaos/local_cluster.h"
 #include "chaos/schedule/schedule.h"
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 #include "chaos/state.h"
 #include "core/config/config.h"
 #include "experiments/cli/cli.h"

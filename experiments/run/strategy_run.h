@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chaos/event_log.h"
-#include "chaos/fault.h"
+#include "chaos/model/fault.h"
 #include "chaos/host_state.h"
 #include "chaos/agent/host_agents.h"
 #include "core/isolation/emulated_hosts.h"

@@ -21,7 +21,7 @@
 #include <thread>
 #include "chaos/actuators/link.h"
 #include "chaos/agent/host_agents.h"
-#include "chaos/cluster.h"
+#include "chaos/model/cluster.h"
 #include "chaos/controller.h"
 #include "core/control/failure_detector.h"
 #include "core/control/keys.h"

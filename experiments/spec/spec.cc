@@ -10,7 +10,7 @@
 #include <regex>
 #include <set>
 
-#include "chaos/cluster.h"
+#include "chaos/model/cluster.h"
 #include "chaos/schedule/schedule.h"
 #include "core/control/node_id.h"
 #include "core/config/override.h"

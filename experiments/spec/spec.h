@@ -19,7 +19,7 @@
 //        training: {learning_rate: 0.1}}     # recipe overrides: batch_per_worker, learning_rate, momentum, weight_decay
 //     - {name: parameter_server, on_server_failure: shard_restart|job_restart, max_staleness: null, shards: 1,
 //        checkpoint_on_notice: false}
-//   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/spec.h)
+//   chaos: {...}                           # parsed by chaos::parseChaosSpec (chaos/model/spec.h)
 //   metrics: {listen: 127.0.0.1:9464, push_gateway: http://host:9091, allow_remote: false, await_scrape: false,
 //             targets_dir: /run/chaosbed-targets}   # file_sd announcements; off = none
 //            # listen must be loopback (127.0.0.0/8, [::1], localhost) unless allow_remote: true
@@ -43,7 +43,7 @@
 
 #include "core/model/emulation.h"
 #include "core/strategies/strategy_kind.h"
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 #include "core/config/config.h"
 #include "transports/base/status.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 #include "core/config/config.h"
 
 namespace chaosbed::chaos::testing {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "chaos/fault.h"
+#include "chaos/model/fault.h"
 #include "transports/base/status.h"
 
 namespace chaosbed::chaos {

@@ -1,4 +1,4 @@
-#include "chaos/spec.h"
+#include "chaos/model/spec.h"
 
 #include <cmath>
 #include <filesystem>

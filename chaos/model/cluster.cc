@@ -1,4 +1,4 @@
-#include "chaos/cluster.h"
+#include "chaos/model/cluster.h"
 
 namespace chaosbed::chaos {
 

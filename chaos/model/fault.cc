@@ -1,4 +1,4 @@
-#include "chaos/fault.h"
+#include "chaos/model/fault.h"
 
 #include <algorithm>
 #include <cmath>

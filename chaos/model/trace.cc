@@ -1,4 +1,4 @@
-#include "chaos/schedule/trace.h"
+#include "chaos/model/trace.h"
 
 #include <cerrno>
 #include <cmath>

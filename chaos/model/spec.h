@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "chaos/fault.h"
-#include "chaos/schedule/trace.h"
+#include "chaos/model/fault.h"
+#include "chaos/model/trace.h"
 #include "core/config/config.h"
 
 namespace chaosbed::chaos {
