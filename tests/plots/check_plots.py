@@ -99,7 +99,7 @@ def main():
             failures.append(f"plot.py on the recorded sweep exited {p.returncode}: {p.stderr.strip()}")
         else:
             ids = svg_ids(os.path.join(sweep_out, "sweep.svg"))
-            for want in ("tta-mirrored", "tta-parameter_server", "baseline-mirrored"):
+            for want in ("tta-mirrored", "tta-parameter_server", "baseline-mirrored", "paired-ratio-mirrored"):
                 if want not in ids:
                     failures.append(f"sweep.svg: no {want}")
 
