@@ -46,7 +46,6 @@ Status EventLog::append(nlohmann::json event) {
 void EventLog::record(nlohmann::json event) {
   const std::string type = event.value("type", "");
   if (Status s = append(std::move(event)); !s.isOk()) {
-    lost_.fetch_add(1);
     if (!streak_.exchange(true)) LOG(WARNING) << "event " << type << " not recorded: " << s.toString();
   } else {
     streak_.store(false);

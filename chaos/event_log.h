@@ -33,16 +33,14 @@ class EventLog {
 
   // Appends one event; fills mono_ns/wall_ns when absent.
   Status append(nlohmann::json event);
-  // The same, best effort: a line the file does not take (a full disk) is logged, the first of a streak,
-  // and counted (lost()); the run goes on.
+  // The same, best effort: a line the file does not take (a full disk) is logged, the first of a streak;
+  // the run goes on.
   void record(nlohmann::json event);
-  int64_t lost() const { return lost_.load(); }
   const std::string& path() const { return path_; }
 
  private:
   EventLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   std::mutex mu_;
-  std::atomic<int64_t> lost_{0};
   std::atomic<bool> streak_{false};
   int fd_;
   std::string path_;
