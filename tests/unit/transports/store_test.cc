@@ -352,7 +352,9 @@ TEST_F(StoreFixture, AServerThatCutsEveryHandshakeFailsTheCallAtItsDeadlineNotFo
   HandshakeCutter cutter(server_->address(), 2, 1000);
   auto client = connectStore(cutter.address(), secret_, deadlineIn(seconds(5)), milliseconds(500));
   ASSERT_TRUE(client.isOk()) << client.status().toString();
-  std::thread waiter([&] { (void)(*client)->get("never", deadlineIn(seconds(3))); });  // holds connection 1
+  // Holds connection 1 until the key is set below. (A long poll left to time out instead raced the client's
+  // 50 ms of slack under ctest -j2: given up, connection 1 closed, and the last set found only cut ones.)
+  std::thread waiter([&] { (void)(*client)->get("released", deadlineIn(seconds(10))); });
   for (Deadline d = deadlineIn(seconds(5)); cutter.upBytes() <= 64 && SteadyClock::now() < d;)
     std::this_thread::sleep_for(milliseconds(1));
   const Deadline start = SteadyClock::now();
@@ -361,6 +363,7 @@ TEST_F(StoreFixture, AServerThatCutsEveryHandshakeFailsTheCallAtItsDeadlineNotFo
   EXPECT_EQ(set.code(), StatusCode::kUnavailable) << set.toString();
   EXPECT_GE(cutter.accepted(), 3) << "the call did not try again";
   EXPECT_LT(took, seconds(2)) << "the call overran its deadline";
+  ASSERT_TRUE(store_->set("released", "1").isOk());  // straight to the server, not through the cutter
   waiter.join();  // connection 1 is idle again: the next call reuses it
   EXPECT_TRUE((*client)->set("x", "2").isOk());
 }
