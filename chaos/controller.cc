@@ -43,12 +43,6 @@ Controller::Controller(Plan plan, Cluster& cluster, std::map<FaultKind, Actuator
 
 Controller::~Controller() { (void)stop(); }
 
-bool Controller::revertsOnStop(FaultKind kind) const {
-  // A vanished node is frozen: a run that ends before its loss is detected thaws it like a pause.
-  return kind == FaultKind::kPause || kind == FaultKind::kSlow || kind == FaultKind::kLink || kind == FaultKind::kVanish ||
-         kind == FaultKind::kTransportError;
-}
-
 Status Controller::checkAvailable() const {
   std::string problems;
   std::set<std::string> seen;
@@ -302,7 +296,7 @@ void Controller::execute(const Action& a, int64_t planned_ns) {
   switch (a.type) {
     case ActionType::kApply: {
       std::vector<HealRecord> records;
-      if (revertsOnStop(f.kind)) {
+      if (traitsOf(f.kind).reverted_at_stop) {
         Result<std::vector<HealRecord>> r = act->prepare(f, a.node);
         if (!r.isOk()) {
           const bool gone = r.status().code() == StatusCode::kNotFound;
@@ -334,7 +328,7 @@ void Controller::execute(const Action& a, int64_t planned_ns) {
         if (s.isOk() || s.code() != StatusCode::kNotFound) delays_.push_back(done - planned_ns);
         if (s.isOk()) {
           ++applied_count_;
-          if (revertsOnStop(f.kind) || f.kind == FaultKind::kPreempt) {
+          if (traitsOf(f.kind).reverted_at_stop || f.kind == FaultKind::kPreempt) {
             if (active_keys_.insert(key).second) ++active_[f.kind];
           }
         } else if (s.code() == StatusCode::kNotFound) {

@@ -125,7 +125,6 @@ class Controller {
   // those faults count as reverted (by the agent), the state is written again for the next guardian, and
   // the lease renewed. A no-op while the lease stands.
   void adoptAgentHealLocked();
-  bool revertsOnStop(FaultKind kind) const;
 
   Plan plan_;
   Cluster& cluster_;

@@ -9,22 +9,23 @@
 
 namespace chaosbed::chaos {
 
-const char* faultKindName(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::kKill: return "kill";
-    case FaultKind::kPreempt: return "preempt";
-    case FaultKind::kPause: return "pause";
-    case FaultKind::kSlow: return "slow";
-    case FaultKind::kLink: return "link";
-    case FaultKind::kVanish: return "vanish";
-    case FaultKind::kTransportError: return "transport_error";
-  }
-  return "unknown";
+const std::vector<FaultKindTraits>& faultKinds() {
+  // kind, name, ends_node, takes_node_down, lasting, reverted_at_stop, between_groups, params
+  static const std::vector<FaultKindTraits> kinds = {
+      {FaultKind::kKill, "kill", true, true, false, false, false, {}},
+      {FaultKind::kPreempt, "preempt", true, true, false, false, false, {"grace_s"}},
+      {FaultKind::kPause, "pause", false, true, true, true, false, {}},
+      {FaultKind::kSlow, "slow", false, false, true, true, false, {"cpu_fraction", "slowdown"}},
+      {FaultKind::kLink, "link", false, false, true, true, true, {"bandwidth_mbps", "latency_ms", "partition", "via"}},
+      {FaultKind::kVanish, "vanish", true, true, false, true, false, {}},
+      {FaultKind::kTransportError, "transport_error", false, false, true, true, true, {"error", "nth", "count"}},
+  };
+  return kinds;
 }
 
-bool endsNode(FaultKind kind) {
-  return kind == FaultKind::kKill || kind == FaultKind::kPreempt || kind == FaultKind::kVanish;
-}
+const FaultKindTraits& traitsOf(FaultKind kind) { return faultKinds().at(static_cast<size_t>(kind)); }
+
+const char* faultKindName(FaultKind kind) { return traitsOf(kind).name; }
 
 const char* viaName(FaultParams::Via via) {
   switch (via) {
@@ -36,8 +37,8 @@ const char* viaName(FaultParams::Via via) {
 }
 
 std::optional<FaultKind> parseFaultKind(const std::string& name) {
-  for (FaultKind k : kAllFaultKinds)
-    if (name == faultKindName(k)) return k;
+  for (const FaultKindTraits& t : faultKinds())
+    if (name == t.name) return t.kind;
   return std::nullopt;
 }
 
@@ -130,7 +131,8 @@ std::string formatPlanTable(const Plan& plan) {
   out += line;
   for (const Action& a : plan.actions) {
     const Fault& f = plan.fault(a.fault_id);
-    std::string when = a.trigger ? "@" + describeTrigger(*a.trigger) + "+" + fixed(a.at_s, 3) : fixed(a.at_s);
+    std::string when = fixed(a.at_s);
+    if (a.trigger) when = std::string("@").append(describeTrigger(*a.trigger)).append("+").append(fixed(a.at_s, 3));
     std::string params = a.type == ActionType::kApply ? paramsText(f) : "";
     if (a.type == ActionType::kApply && f.kind == FaultKind::kLink) {
       const bool in_a = std::find(f.targets.begin(), f.targets.end(), a.node) != f.targets.end();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "transports/base/status.h"
@@ -21,9 +22,22 @@ namespace chaosbed::chaos {
 // it lost after its timeout and fences it). preempt: a notice (SIGTERM), then a kill after the grace period.
 // transport_error: the node's transport fails the way UCX or NCCL would while every process lives.
 enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink, kVanish, kTransportError };
-inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::kKill,   FaultKind::kPreempt, FaultKind::kPause,
-                                               FaultKind::kSlow,   FaultKind::kLink,    FaultKind::kVanish,
-                                               FaultKind::kTransportError};
+
+// What the spec, the schedule and the controller need to know of a kind, in one row per kind (fault.cc):
+// a new kind is an enum value, its row, its actuator and its place in the controller's actuator map.
+struct FaultKindTraits {
+  FaultKind kind;
+  const char* name;           // as a spec's `action` and the event log spell it
+  bool ends_node;             // its targets' processes end: they come back only by replacement (restart_after)
+  bool takes_node_down;       // its targets do no work while it holds (ended, frozen or stopped)
+  bool lasting;               // it lasts duration_s (or to the run's end), then is reverted
+  bool reverted_at_stop;      // a run that ends while it holds undoes it (lasting ones, and a vanish's freeze)
+  bool between_groups;        // it acts between two groups (target: {between: [..]}), scheduled by at_s or when
+  std::vector<std::string_view> params;  // the params keys it accepts (none: it takes no params)
+};
+// Every kind, in enum order.
+const std::vector<FaultKindTraits>& faultKinds();
+const FaultKindTraits& traitsOf(FaultKind kind);
 // "kill", "preempt", "pause", "slow", "link", "vanish", "transport_error"
 const char* faultKindName(FaultKind kind);
 std::optional<FaultKind> parseFaultKind(const std::string& name);
@@ -56,8 +70,7 @@ struct FaultParams {
   bool operator==(const FaultParams&) const = default;
 };
 
-// Whether a fault ends its targets' processes (kill, preempt, vanish): they come back only by replacement.
-bool endsNode(FaultKind kind);
+inline bool endsNode(FaultKind kind) { return traitsOf(kind).ends_node; }
 const char* viaName(FaultParams::Via via);
 
 // When (and whether) a killed, preempted or vanished node is replaced; durations are seconds of the run.

@@ -228,23 +228,27 @@ void parseSlowdown(const ConfigNode& sd, FaultSpec* f) {
   }
 }
 
+// "kill, preempt and vanish": the kinds with a trait, for error messages.
+std::string kindsWhere(bool FaultKindTraits::*trait) {
+  std::vector<const char*> names;
+  for (const FaultKindTraits& k : faultKinds())
+    if (k.*trait) names.push_back(k.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
+  return out;
+}
+
 void parseParams(const ConfigNode& fault, FaultSpec* f) {
   ConfigNode p = fault.child("params");
   if (!f->kind) {
-    p.checkKeys({"cpu_fraction", "grace_s"});
+    p.checkKeys({"cpu_fraction", "grace_s"});  // an events trace's rows: their kinds are read later
+  } else if (const FaultKindTraits& kind = traitsOf(*f->kind); kind.params.empty()) {
+    if (p.present() && !p.isNull() && !(p.isMap() && p.entries().empty()))
+      fault.rejectKey("params", std::string("a ") + kind.name + " fault takes no params");
+    return;
   } else {
-    switch (*f->kind) {
-      case FaultKind::kKill:
-      case FaultKind::kVanish:
-      case FaultKind::kPause:
-        if (p.present() && !p.isNull() && !(p.isMap() && p.entries().empty()))
-          fault.rejectKey("params", std::string("a ") + faultKindName(*f->kind) + " fault takes no params");
-        return;
-      case FaultKind::kPreempt: p.checkKeys({"grace_s"}); break;
-      case FaultKind::kSlow: p.checkKeys({"cpu_fraction", "slowdown"}); break;
-      case FaultKind::kLink: p.checkKeys({"bandwidth_mbps", "latency_ms", "partition", "via"}); break;
-      case FaultKind::kTransportError: p.checkKeys({"error", "nth", "count"}); break;
-    }
+    p.checkKeys(kind.params);
   }
   if (p.has("grace_s")) {
     f->params.grace_s = p.required<double>("grace_s", Range::nonNegative());
@@ -298,24 +302,28 @@ FaultSpec parseFault(const ConfigNode& fault) {
   const bool event_trace =
       f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kEvents;
   if (fault.has("action") || !event_trace) {
-    std::string a = fault.requiredOneOf("action", {"kill", "preempt", "vanish", "pause", "slow", "link", "transport_error"});
+    static const std::vector<std::string_view> kActions = [] {
+      std::vector<std::string_view> names;
+      for (const FaultKindTraits& k : faultKinds()) names.push_back(k.name);
+      return names;
+    }();
+    std::string a = fault.requiredOneOf("action", kActions);
     if (!a.empty()) f.kind = parseFaultKind(a);
     if (event_trace && f.kind) fault.errorAt("action", "an events trace names the fault of each row; leave action out");
   }
   if (!event_trace || fault.has("target")) parseTarget(fault, &f);
+  const bool between_groups = f.kind && traitsOf(*f.kind).between_groups;
   if (f.kind == FaultKind::kLink && !f.between)
     fault.errorAt("target", "a link fault needs target: {between: [<group>, <group>]}");
-  if (f.kind != FaultKind::kLink && f.kind != FaultKind::kTransportError && f.between && f.kind)
-    fault.errorAt("target", "between applies to link and transport_error faults only");
-  if ((f.kind == FaultKind::kLink || f.kind == FaultKind::kTransportError) && f.schedule.kind != ScheduleSpec::Kind::kAt &&
-      f.schedule.kind != ScheduleSpec::Kind::kTrigger)
+  if (!between_groups && f.between && f.kind)
+    fault.errorAt("target", "between applies to " + kindsWhere(&FaultKindTraits::between_groups) + " faults only");
+  if (between_groups && f.schedule.kind != ScheduleSpec::Kind::kAt && f.schedule.kind != ScheduleSpec::Kind::kTrigger)
     fault.errorAt("schedule", std::string("a ") + faultKindName(*f.kind) + " fault is scheduled with at_s or when");
   if (f.schedule.kind == ScheduleSpec::Kind::kTrace && f.schedule.trace_format == TraceFormat::kCapacity &&
       f.kind && !endsNode(*f.kind))
     fault.errorAt("schedule", "a capacity trace drives kill, preempt or vanish faults");
 
-  const bool lasting = f.kind == FaultKind::kPause || f.kind == FaultKind::kSlow || f.kind == FaultKind::kLink ||
-                       f.kind == FaultKind::kTransportError;
+  const bool lasting = f.kind && traitsOf(*f.kind).lasting;
   if (fault.has("duration_s")) {
     if (f.kind && !lasting)
       fault.rejectKey("duration_s", std::string("a ") + faultKindName(*f.kind) + " is instantaneous; it has no duration");
@@ -332,7 +340,8 @@ FaultSpec parseFault(const ConfigNode& fault) {
     fault.error("a preempt fault needs profile (aws | gcp | azure) or params.grace_s");
   if (fault.has("restart_after")) {
     const bool restartable = (f.kind && endsNode(*f.kind)) || event_trace;
-    if (!restartable) fault.rejectKey("restart_after", "restart_after applies to kill, preempt and vanish faults only");
+    if (!restartable)
+      fault.rejectKey("restart_after", "restart_after applies to " + kindsWhere(&FaultKindTraits::ends_node) + " faults only");
     else parseRestart(fault, &f);
   }
   return f;

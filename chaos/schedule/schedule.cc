@@ -393,10 +393,10 @@ Status checkBlastRadius(const Plan& plan, const std::vector<NodeInfo>& nodes) {
     if (a.trigger) continue;
     const Fault& f = plan.fault(a.fault_id);
     const auto key = std::make_pair(a.fault_id, a.node);
-    const bool down = ((f.kind == FaultKind::kKill || f.kind == FaultKind::kVanish) && a.type == ActionType::kApply) ||
-                      (f.kind == FaultKind::kPreempt && a.type == ActionType::kEscalate) ||
-                      (f.kind == FaultKind::kPause && a.type == ActionType::kApply);
-    const bool up = (a.type == ActionType::kReplace) || (f.kind == FaultKind::kPause && a.type == ActionType::kRevert);
+    const FaultKindTraits& kind = traitsOf(f.kind);
+    const bool notice = f.kind == FaultKind::kPreempt && a.type == ActionType::kApply;  // the kill is its escalate
+    const bool down = kind.takes_node_down && !notice && (a.type == ActionType::kApply || a.type == ActionType::kEscalate);
+    const bool up = a.type == ActionType::kReplace || (kind.takes_node_down && kind.lasting && a.type == ActionType::kRevert);
     if (down) intervals.try_emplace(key, a.at_s, kInf).first->second.first = a.at_s;
     if (up) intervals.try_emplace(key, -kInf, a.at_s).first->second.second = a.at_s;
   }

@@ -23,7 +23,7 @@ bool validMark(const YAML::Mark& m) { return m.line >= 0 && m.column >= 0; }
 // A scalar written in quotes carries the non-specific tag "!"; a plain one "?".
 bool isQuoted(const YAML::Node& n) { return n.Tag() == "!"; }
 
-std::string joinChoices(std::initializer_list<std::string_view> choices) {
+std::string joinChoices(std::span<const std::string_view> choices) {
   std::string out;
   for (std::string_view c : choices) {
     if (!out.empty()) out += ", ";
@@ -254,7 +254,7 @@ bool ConfigNode::expectMap() const {
   return false;
 }
 
-void ConfigNode::checkKeys(std::initializer_list<std::string_view> allowed) const {
+void ConfigNode::checkKeys(std::span<const std::string_view> allowed) const {
   checkKeys(std::vector<std::string>(allowed.begin(), allowed.end()));
 }
 
@@ -370,7 +370,7 @@ bool ConfigNode::decode(Seconds* out, const Range& range) const {
   return true;
 }
 
-std::string ConfigNode::asOneOf(std::initializer_list<std::string_view> choices, std::string fallback) const {
+std::string ConfigNode::asOneOf(std::span<const std::string_view> choices, std::string fallback) const {
   recordChoices(choices);
   std::string v;
   if (!decode(&v, Range::any())) return fallback;
@@ -385,13 +385,14 @@ std::string ConfigNode::asOneOf(std::initializer_list<std::string_view> choices,
 std::string ConfigNode::oneOf(const std::string& key, std::initializer_list<std::string_view> choices,
                               std::string fallback) const {
   ConfigNode c = child(key);
-  c.recordChoices(choices);
+  const std::span<const std::string_view> all(choices.begin(), choices.size());
+  c.recordChoices(all);
   c.recordDefault(fallback);  // an empty fallback ("not given") is not recorded
   if (c.isNull()) return fallback;
-  return c.asOneOf(choices, std::move(fallback));
+  return c.asOneOf(all, std::move(fallback));
 }
 
-std::string ConfigNode::requiredOneOf(const std::string& key, std::initializer_list<std::string_view> choices) const {
+std::string ConfigNode::requiredOneOf(const std::string& key, std::span<const std::string_view> choices) const {
   ConfigNode c = requiredChild(key);
   c.recordChoices(choices);
   if (c.isNull()) {
@@ -421,7 +422,7 @@ void ConfigNode::recordNullable() const {
   if (SchemaRecorder* r = SchemaRecorder::active()) r->nullable(schema_place_);
 }
 
-void ConfigNode::recordChoices(std::initializer_list<std::string_view> choices) const {
+void ConfigNode::recordChoices(std::span<const std::string_view> choices) const {
   if (SchemaRecorder* r = SchemaRecorder::active())
     r->choices(schema_place_, std::vector<std::string>(choices.begin(), choices.end()));
 }

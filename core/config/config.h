@@ -41,6 +41,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -156,7 +157,10 @@ class ConfigNode {
 
   // Every key must be in `allowed`: others are errors with a did-you-mean suggestion; duplicate keys are
   // errors too. Also records an error when this node is neither a map nor null/absent.
-  void checkKeys(std::initializer_list<std::string_view> allowed) const;
+  void checkKeys(std::initializer_list<std::string_view> allowed) const {
+    checkKeys(std::span<const std::string_view>(allowed.begin(), allowed.size()));
+  }
+  void checkKeys(std::span<const std::string_view> allowed) const;
   void checkKeys(const std::vector<std::string>& allowed) const;
   // If `key` is present, records `reason` as an error at the key (e.g. an option that does not apply).
   void rejectKey(const std::string& key, const std::string& reason) const;
@@ -219,9 +223,15 @@ class ConfigNode {
   // A string that must be one of `choices` (with a did-you-mean for near misses).
   std::string oneOf(const std::string& key, std::initializer_list<std::string_view> choices,
                     std::string fallback) const;
-  std::string requiredOneOf(const std::string& key, std::initializer_list<std::string_view> choices) const;
+  std::string requiredOneOf(const std::string& key, std::initializer_list<std::string_view> choices) const {
+    return requiredOneOf(key, std::span<const std::string_view>(choices.begin(), choices.size()));
+  }
+  std::string requiredOneOf(const std::string& key, std::span<const std::string_view> choices) const;
   // This node's own string value, which must be one of `choices`; returns fallback on error.
-  std::string asOneOf(std::initializer_list<std::string_view> choices, std::string fallback) const;
+  std::string asOneOf(std::initializer_list<std::string_view> choices, std::string fallback) const {
+    return asOneOf(std::span<const std::string_view>(choices.begin(), choices.size()), std::move(fallback));
+  }
+  std::string asOneOf(std::span<const std::string_view> choices, std::string fallback) const;
 
  private:
   template <class T>
@@ -241,7 +251,7 @@ class ConfigNode {
   std::string childPlace(const std::string& segment) const;
   void recordScalar(const char* type, const Range& range, bool list) const;
   void recordNullable() const;
-  void recordChoices(std::initializer_list<std::string_view> choices) const;
+  void recordChoices(std::span<const std::string_view> choices) const;
   void recordDefault(bool v) const;
   void recordDefault(int64_t v) const;
   void recordDefault(double v) const;

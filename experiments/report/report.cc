@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "chaos/model/fault.h"
 #include "core/metrics/accounting.h"
 #include "transports/base/files.h"
 
@@ -53,7 +54,7 @@ const char* bandColor(const std::string& kind) {
   if (kind == "slow") return "#ffb300";
   if (kind == "link") return "#8d6e63";
   if (kind == "transport_error") return "#ff7043";
-  if (kind == "kill" || kind == "preempt" || kind == "vanish") return "#e53935";
+  if (auto k = chaos::parseFaultKind(kind); k && chaos::endsNode(*k)) return "#e53935";
   return "#bdbdbd";
 }
 

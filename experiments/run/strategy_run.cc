@@ -414,7 +414,8 @@ Result<StrategyResult> Supervisor::run() {
         p.nodes = int(names_.size());
         p.faults = chaos_controller ? int(chaos_controller->appliedCount()) : 0;
         if (chaos_controller)
-          for (chaos::FaultKind kind : chaos::kAllFaultKinds) p.faults_active += chaos_controller->activeFaults(kind);
+          for (const chaos::FaultKindTraits& kind : chaos::faultKinds())
+            p.faults_active += chaos_controller->activeFaults(kind.kind);
         ctx_.on_progress(p);
       }
       exportMetrics(chaos_controller.get(), stats);

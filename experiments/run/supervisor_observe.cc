@@ -244,8 +244,8 @@ void Supervisor::exportMetrics(const chaos::Controller* chaos_controller, const 
   for (const auto& [role, n] : alive) ctx_.metrics->setNodesAlive(exp, strategy_.label, role, n);
   ctx_.metrics->setRunning(exp, strategy_.label, !stop_sent_, now());
   if (chaos_controller) {
-    for (auto kind : chaos::kAllFaultKinds)
-      ctx_.metrics->setFaultsActive(exp, strategy_.label, chaos::faultKindName(kind), chaos_controller->activeFaults(kind));
+    for (const chaos::FaultKindTraits& kind : chaos::faultKinds())
+      ctx_.metrics->setFaultsActive(exp, strategy_.label, kind.name, chaos_controller->activeFaults(kind.kind));
     ctx_.metrics->setFaultLeaks(exp, strategy_.label, chaos_controller->leakCount());
   }
 }

@@ -87,7 +87,7 @@ class ChaosController : public ::testing::Test {
  protected:
   std::map<FaultKind, Actuator*> actuators() {
     std::map<FaultKind, Actuator*> m;
-    for (FaultKind k : kAllFaultKinds) m[k] = &act;
+    for (const FaultKindTraits& k : faultKinds()) m[k.kind] = &act;
     return m;
   }
   Plan plan(const std::string& yaml, double horizon = 100) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "chaos/schedule/schedule.h"
 #include "tests/unit/chaos/chaos_test_util.h"
@@ -19,6 +20,41 @@ std::string errorsOf(const std::string& yaml) {
   config::Diagnostics diags;
   parseChaosYaml(yaml, &diags);
   return diags.toString();
+}
+
+// traitsOf indexes the table by the enum's value, and names must round-trip.
+TEST(FaultKinds, EveryKindHasItsOwnRowInEnumOrderAndANameThatParsesBack) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < faultKinds().size(); ++i) {
+    const FaultKindTraits& t = faultKinds()[i];
+    EXPECT_EQ(static_cast<size_t>(t.kind), i) << t.name;
+    EXPECT_TRUE(names.insert(t.name).second) << t.name << " named twice";
+    EXPECT_EQ(parseFaultKind(t.name), t.kind);
+    EXPECT_EQ(&traitsOf(t.kind), &t);
+    EXPECT_FALSE(t.lasting && t.ends_node) << t.name << ": a kind that ends its nodes cannot be reverted";
+    EXPECT_TRUE(!t.lasting || t.reverted_at_stop) << t.name << ": a lasting fault is undone when the run stops";
+    EXPECT_TRUE(!t.ends_node || t.takes_node_down) << t.name;
+  }
+  EXPECT_EQ(parseFaultKind("explode"), std::nullopt);
+}
+
+// The spec accepts exactly the table's kinds, and a kind's params exactly its row's keys.
+TEST(FaultKinds, TheSpecAcceptsEachKindByNameAndOnlyItsOwnParams) {
+  for (const FaultKindTraits& t : faultKinds()) {
+    const std::string target = t.between_groups ? "{between: [{role: worker, index: 0}, {role: worker, index: 1}]}"
+                                                : "{role: worker, index: 0}";
+    const std::string yaml = std::string("chaos:\n  faults:\n    - {name: f, action: ") + t.name + ", at_s: 1, target: " + target +
+                             ", params: {not_a_param: 1}}\n";
+    const std::string errors = errorsOf(yaml);
+    EXPECT_EQ(errors.find("is not one of"), std::string::npos) << t.name << ": " << errors;
+    if (t.params.empty())
+      EXPECT_NE(errors.find("takes no params"), std::string::npos) << t.name << ": " << errors;
+    else
+      EXPECT_NE(errors.find("not_a_param"), std::string::npos) << t.name << ": " << errors;
+  }
+  EXPECT_NE(errorsOf("chaos:\n  faults:\n    - {name: f, action: explode, at_s: 1, target: {role: worker, index: 0}}\n")
+                .find("'explode' is not one of: kill, preempt, pause, slow, link, vanish, transport_error"),
+            std::string::npos);
 }
 
 TEST(ChaosSpec, ExampleSpecParsesUnchanged) {
