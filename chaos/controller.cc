@@ -25,13 +25,17 @@ ActuatorSet::ActuatorSet(Cluster& cluster, const Options& options)
 }
 
 std::map<FaultKind, Actuator*> ActuatorSet::map() const {
-  return {{FaultKind::kKill, signal_.get()},
-          {FaultKind::kPreempt, signal_.get()},
-          {FaultKind::kPause, pause_.get()},
-          {FaultKind::kVanish, pause_.get()},  // a vanished node is frozen until it is declared lost
-          {FaultKind::kTransportError, transport_errors_.get()},
-          {FaultKind::kSlow, cpu_.get()},
-          {FaultKind::kLink, host_link_ ? static_cast<Actuator*>(host_link_.get()) : shaper_.get()}};
+  std::map<FaultKind, Actuator*> m;
+  for (const FaultKindTraits& kind : faultKinds()) {
+    switch (kind.actuator) {
+      case ActuatorKind::kSignal: m[kind.kind] = signal_.get(); break;
+      case ActuatorKind::kFreeze: m[kind.kind] = pause_.get(); break;
+      case ActuatorKind::kCpuQuota: m[kind.kind] = cpu_.get(); break;
+      case ActuatorKind::kLink: m[kind.kind] = host_link_ ? static_cast<Actuator*>(host_link_.get()) : shaper_.get(); break;
+      case ActuatorKind::kTransportErrors: m[kind.kind] = transport_errors_.get(); break;
+    }
+  }
+  return m;
 }
 
 Controller::Controller(Plan plan, Cluster& cluster, std::map<FaultKind, Actuator*> actuators, ControllerOptions options)

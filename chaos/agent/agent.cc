@@ -332,7 +332,9 @@ class Agent {
     auto fault = agent_wire::faultFromJson(fault_json);
     if (!fault.isOk()) return agent_wire::toJson(fault.status());
     auto it = session_->actuator_map.find(fault->kind);
-    if (it == session_->actuator_map.end() || fault->kind == FaultKind::kLink || fault->kind == FaultKind::kTransportError)
+    // Link shaping and transport errors travel to the nodes themselves, not through a host's agent.
+    const ActuatorKind via = traitsOf(fault->kind).actuator;
+    if (it == session_->actuator_map.end() || via == ActuatorKind::kLink || via == ActuatorKind::kTransportErrors)
       return agent_wire::toJson(Status::invalidArgument(std::string("agent: a host agent does not carry out ") +
                                                         faultKindName(fault->kind) + " faults"));
     Actuator& a = *it->second;

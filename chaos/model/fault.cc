@@ -10,15 +10,18 @@
 namespace chaosbed::chaos {
 
 const std::vector<FaultKindTraits>& faultKinds() {
-  // kind, name, ends_node, takes_node_down, lasting, reverted_at_stop, between_groups, params
+  // kind, name, ends_node, takes_node_down, lasting, reverted_at_stop, between_groups, params, actuator
+  using enum ActuatorKind;
   static const std::vector<FaultKindTraits> kinds = {
-      {FaultKind::kKill, "kill", true, true, false, false, false, {}},
-      {FaultKind::kPreempt, "preempt", true, true, false, false, false, {"grace_s"}},
-      {FaultKind::kPause, "pause", false, true, true, true, false, {}},
-      {FaultKind::kSlow, "slow", false, false, true, true, false, {"cpu_fraction", "slowdown"}},
-      {FaultKind::kLink, "link", false, false, true, true, true, {"bandwidth_mbps", "latency_ms", "partition", "via"}},
-      {FaultKind::kVanish, "vanish", true, true, false, true, false, {}},
-      {FaultKind::kTransportError, "transport_error", false, false, true, true, true, {"error", "nth", "count"}},
+      {FaultKind::kKill, "kill", true, true, false, false, false, {}, kSignal},
+      {FaultKind::kPreempt, "preempt", true, true, false, false, false, {"grace_s"}, kSignal},
+      {FaultKind::kPause, "pause", false, true, true, true, false, {}, kFreeze},
+      {FaultKind::kSlow, "slow", false, false, true, true, false, {"cpu_fraction", "slowdown"}, kCpuQuota},
+      {FaultKind::kLink, "link", false, false, true, true, true, {"bandwidth_mbps", "latency_ms", "partition", "via"}, kLink},
+      // A vanished node is frozen until it is declared lost.
+      {FaultKind::kVanish, "vanish", true, true, false, true, false, {}, kFreeze},
+      {FaultKind::kTransportError, "transport_error", false, false, true, true, true, {"error", "nth", "count"},
+       kTransportErrors},
   };
   return kinds;
 }

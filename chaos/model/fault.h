@@ -23,8 +23,11 @@ namespace chaosbed::chaos {
 // transport_error: the node's transport fails the way UCX or NCCL would while every process lives.
 enum class FaultKind : uint8_t { kKill, kPreempt, kPause, kSlow, kLink, kVanish, kTransportError };
 
+// Which of the controller's actuators (chaos/actuators/) carries a kind out.
+enum class ActuatorKind : uint8_t { kSignal, kFreeze, kCpuQuota, kLink, kTransportErrors };
+
 // What the spec, the schedule and the controller need to know of a kind, in one row per kind (fault.cc):
-// a new kind is an enum value, its row, its actuator and its place in the controller's actuator map.
+// a new kind is an enum value, its row, and what its actuator does with it.
 struct FaultKindTraits {
   FaultKind kind;
   const char* name;           // as a spec's `action` and the event log spell it
@@ -34,6 +37,7 @@ struct FaultKindTraits {
   bool reverted_at_stop;      // a run that ends while it holds undoes it (lasting ones, and a vanish's freeze)
   bool between_groups;        // it acts between two groups (target: {between: [..]}), scheduled by at_s or when
   std::vector<std::string_view> params;  // the params keys it accepts (none: it takes no params)
+  ActuatorKind actuator;
 };
 // Every kind, in enum order.
 const std::vector<FaultKindTraits>& faultKinds();

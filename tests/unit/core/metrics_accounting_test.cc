@@ -162,7 +162,8 @@ TEST(CpuWait, FindsTheCgroupsCpuStatOnV1AndV2) {
 // The watch thread of a real process that is stopped and continued: the stop shows as paused, as long as the
 // parent measured it, and the interval around it keeps only its running time (nothing booked twice). How
 // long the parent takes to stop and continue the child (a loaded machine) is not the test's business: the
-// parent sends the stop's length it measured. The child reports through its exit code.
+// parent brackets the stop (its shortest and longest possible length, from clock readings on both sides of
+// each kill) and sends both. The child reports through its exit code.
 TEST(Accounting, AStoppedProcessBooksItsStopAsPaused) {
   int ready[2], go[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -175,28 +176,32 @@ TEST(Accounting, AStoppedProcessBooksItsStopAsPaused) {
     const auto begin = Clock::now();
     char c = 'r';
     (void)!::write(ready[1], &c, 1);
-    double stopped_s = 0;  // stopped (SIGSTOP) for about 1 s meanwhile, then told for how long
-    (void)!::read(go[0], &stopped_s, sizeof stopped_s);
+    double stopped_s[2] = {0, 0};  // stopped (SIGSTOP) for about 1 s meanwhile: at least [0], at most [1]
+    (void)!::read(go[0], stopped_s, sizeof stopped_s);
     a.add(TimeCategory::kIdlePeer, std::chrono::duration<double>(Clock::now() - begin).count());
     a.finish();
     const NodeStats s = a.snapshot();
     const double paused = s.seconds[int(TimeCategory::kPaused)];
     const double peer = s.seconds[int(TimeCategory::kIdlePeer)];
-    std::fprintf(stderr, "child: stopped %.3f s, paused %.3f s, peer %.3f s, wall %.3f s, residual %.4f\n", stopped_s,
-                 paused, peer, s.wall_seconds, s.residualFraction());
-    ::_exit(stopped_s > 0.9 && std::abs(paused - stopped_s) < 0.15 && peer < s.wall_seconds - paused + 0.01 &&
-                    s.residualFraction() < 0.05
+    std::fprintf(stderr, "child: stopped %.3f-%.3f s, paused %.3f s, peer %.3f s, wall %.3f s, residual %.4f\n",
+                 stopped_s[0], stopped_s[1], paused, peer, s.wall_seconds, s.residualFraction());
+    ::_exit(stopped_s[0] > 0.9 && paused > stopped_s[0] - 0.15 && paused < stopped_s[1] + 0.15 &&
+                    peer < s.wall_seconds - paused + 0.01 && s.residualFraction() < 0.05
                 ? 0
                 : 1);
   }
   char c;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const auto before_stop = Clock::now();
   ASSERT_EQ(::kill(child, SIGSTOP), 0);
-  const auto stopped_at = Clock::now();
+  const auto after_stop = Clock::now();
   std::this_thread::sleep_for(1s);  // the length of the stop is the test's input
-  const double stopped_s = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+  const auto before_cont = Clock::now();
   ASSERT_EQ(::kill(child, SIGCONT), 0);
-  ASSERT_EQ(::write(go[1], &stopped_s, sizeof stopped_s), ssize_t(sizeof stopped_s));
+  const auto after_cont = Clock::now();
+  const double stopped_s[2] = {std::chrono::duration<double>(before_cont - after_stop).count(),
+                               std::chrono::duration<double>(after_cont - before_stop).count()};
+  ASSERT_EQ(::write(go[1], stopped_s, sizeof stopped_s), ssize_t(sizeof stopped_s));
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
