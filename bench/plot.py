@@ -8,7 +8,7 @@
       nodetime.*   per strategy, where its nodes' time went over time: node-seconds per second by category,
                    stacked (node_timeseries.csv)
   bench/plot.py SWEEP_DIR_OR_CSV [--out DIR] [--formats pdf,svg]
-      sweep.*      mean TTA with its 95% CI against the first swept variable per strategy (hollow: some runs
+      sweep.*      geometric mean TTA with its 95% CI against the first swept variable per strategy (hollow: some runs
                    never reached the target, so the mean is over those that did), and the TTA ratio paired by
                    seed (parameter server / mirrored) with its interval (sweep.csv's paired_*)
 
@@ -276,7 +276,11 @@ def parameter_server_labels(sweep_dir, strategies):
 
 
 def plot_sweep(plt, csv_path, out_dir, formats):
-    rows, header = read_csv(csv_path, ["row", "group", "seed", "strategy", "tta_mean", "tta_ci95_low", "tta_ci95_high"])
+    rows, header = read_csv(csv_path, ["row", "group", "seed", "strategy", "tta_ci95_low", "tta_ci95_high"])
+    # The centre of the interval: the geometric mean (log-t interval); sweeps before it had the mean (t interval).
+    centre = "tta_geomean" if "tta_geomean" in header else "tta_mean"
+    if centre not in header:
+        raise BadInput(f"{csv_path}:1: no column 'tta_geomean'")
     axes_cols = header[header.index("seed") + 1:header.index("strategy")]
     summaries = [r for r in rows if r["row"] == "summary"]
     if not summaries:
@@ -309,14 +313,14 @@ def plot_sweep(plt, csv_path, out_dir, formats):
                 continue
             x = x_of(r)
             if x is None:  # the no-chaos baseline: a reference line (one figure per strategy only)
-                if r["tta_mean"] != "" and not series_cols:
-                    ax.axhline(field(r, "tta_mean"), color=color, lw=0.8, ls="--",
+                if r[centre] != "" and not series_cols:
+                    ax.axhline(field(r, centre), color=color, lw=0.8, ls="--",
                                gid=f"baseline-{label}")
                 continue
-            if r["tta_mean"] == "":
+            if r[centre] == "":
                 continue  # no run reached the target
             censored = r.get("censored_fraction", "") not in ("", "0", "0.000") and field(r, "censored_fraction") > 0
-            pts.append((x, field(r, "tta_mean"), field(r, "tta_ci95_low"), field(r, "tta_ci95_high"), censored))
+            pts.append((x, field(r, centre), field(r, "tta_ci95_low"), field(r, "tta_ci95_high"), censored))
         pts.sort()
         if not pts:
             continue

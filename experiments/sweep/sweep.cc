@@ -313,13 +313,16 @@ TtaStats ttaStats(const std::vector<std::optional<double>>& ttas, double time_li
   double sum = 0;
   for (double x : v) sum += x;
   s.mean = sum / double(v.size());
-  s.ci_low = s.ci_high = s.mean;
+  double log_sum = 0;
+  for (double x : v) log_sum += std::log(std::max(x, 1e-9));
+  const double log_mean = log_sum / double(v.size());
+  s.geomean = s.ci_low = s.ci_high = std::exp(log_mean);
   if (v.size() >= 2) {
     double ss = 0;
-    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    for (double x : v) ss += (std::log(std::max(x, 1e-9)) - log_mean) * (std::log(std::max(x, 1e-9)) - log_mean);
     const double half = tQuantile95(int(v.size()) - 1) * std::sqrt(ss / double(v.size() - 1)) / std::sqrt(double(v.size()));
-    s.ci_low = s.mean - half;
-    s.ci_high = s.mean + half;
+    s.ci_low = std::exp(log_mean - half);
+    s.ci_high = std::exp(log_mean + half);
   }
   return s;
 }
@@ -512,7 +515,8 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
   csv << "row,group,point,baseline,seed";
   for (const auto& a : axes) csv << "," << csvField(a);
   csv << ",strategy,complete,tta_seconds,reached_target,final_accuracy,idle_fraction,goodput_samples_per_s,recoveries,"
-         "runs,reached,censored_fraction,tta_mean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,ratio_ps_over_mirrored,"
+         "runs,reached,censored_fraction,tta_mean,tta_geomean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,"
+         "ratio_ps_over_mirrored,"
          "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio,paired_low,"
          "paired_high,paired_level,paired_method,paired_p,paired_p_holm,censoring,mtbf_s,mtbf_over_baseline_tta\n";
   std::vector<std::string> groups;
@@ -561,7 +565,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       }
       csv << "," << csvField(label) << "," << (complete ? 1 : 0) << "," << (tta ? fmt(*tta) : "") << ","
           << (tta ? 1 : 0) << "," << fmt(s.value("final_accuracy", 0.0)) << "," << fmt(s.value("idle_fraction", 0.0))
-          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,,,,";
+          << "," << fmt(s.value("goodput_samples_per_s", 0.0)) << "," << s.value("recoveries", 0) << ",,,,,,,,,,";
       const auto& order = specs[i].strategies;
       const auto pos = std::find_if(order.begin(), order.end(), [&](const auto& x) { return x.label == label; }) - order.begin();
       csv << "," << csvField(prov.value("commit", "")) << "," << (prov.value("dirty", false) ? 1 : 0) << ","
@@ -606,7 +610,8 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
         csv << "," << (it == p.overrides.end() ? "" : csvField(it->second));
       }
       csv << "," << csvField(label) << ",,,,,,,," << st.runs << "," << st.reached << "," << fmt(st.censoredFraction())
-          << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.ci_low) : "") << ","
+          << "," << (st.reached ? fmt(st.mean) : "") << "," << (st.reached ? fmt(st.geomean) : "") << ","
+          << (st.reached ? fmt(st.ci_low) : "") << ","
           << (st.reached ? fmt(st.ci_high) : "") << "," << (st.runs ? fmt(st.restricted_mean) : "") << ","
           << (ratio ? fmt(ratio->value) : "") << "," << (ratio ? ratioKindName(ratio->kind) : "") << ",,,,,";
       // A mirrored strategy's row pairs the parameter server with it; the parameter server's row with the

@@ -76,7 +76,11 @@ struct TtaStats {
   int runs = 0;
   int reached = 0;
   double mean = 0;     // over runs that reached the target; meaningless when reached == 0
-  double ci_low = 0;   // mean -/+ t * sd / sqrt(n); equal to mean when reached == 1
+  double geomean = 0;  // exp(mean of log TTA) over the same runs
+  // The geometric mean's 95% interval, exp(mean log -/+ t * sd log / sqrt(n)): TTAs are positive and skewed, and
+  // an interval on their logs never goes below 0 (mean -/+ t sd/sqrt(n) did at n = 2). Equal to geomean when
+  // reached == 1.
+  double ci_low = 0;
   double ci_high = 0;
   double restricted_mean = 0;  // over all runs, an unreached run counting as the time limit
   double censoredFraction() const { return runs ? double(runs - reached) / runs : 0; }

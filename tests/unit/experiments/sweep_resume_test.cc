@@ -155,8 +155,9 @@ TEST(Sweep, CsvHasMeanCiAndCensoredFractionAndThePlotMarksTheCrossing) {
   }
   EXPECT_EQ(point_rows, 8 * 2);
   EXPECT_EQ(summary_rows.size(), 4u * 2u);  // baseline + 3 grid points, 2 strategies each
-  // mirrored at 2 s: TTAs 39 and 41: mean 40, CI 40 -/+ 12.706 * sqrt(2) / sqrt(2) = 40 -/+ 12.706.
-  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=2/mirrored"].find(",2,2,0.000,40.000,27.294,52.706"),
+  // mirrored at 2 s: TTAs 39 and 41: mean 40, geometric mean sqrt(39 * 41) = 39.987, CI on the logs
+  // exp(ln 39.987 -/+ 12.706 * ln(41 / 39) / 2) = [29.103, 54.942].
+  EXPECT_NE(summary_rows["chaos.faults[0].duration_s=2/mirrored"].find(",2,2,0.000,40.000,39.987,29.103,54.942"),
             std::string::npos) << summary_rows["chaos.faults[0].duration_s=2/mirrored"];
   // parameter_server at 4 s: one of two runs censored; the mean is the reached run's.
   EXPECT_NE(summary_rows["chaos.faults[0].duration_s=4/parameter_server"].find(",2,1,0.500,34.000,34.000,34.000"),
@@ -232,13 +233,13 @@ TEST(Sweep, CensoredRatiosAreBoundsThatPlaceTheCrossingOnALogAxis) {
   // 0.1: both reached in every run: 8 / 5.
   EXPECT_NE(summary_rows["0.1/mirrored"].find(",5.000,1.600,exact"), std::string::npos) << summary_rows["0.1/mirrored"];
   // 0.5: mirrored reached in one run of two: restricted mean (5 + 15) / 2 = 10, ratio <= 8 / 10.
-  EXPECT_NE(summary_rows["0.5/mirrored"].find(",2,1,0.500,5.000,5.000,5.000,10.000,0.800,at_most"), std::string::npos)
+  EXPECT_NE(summary_rows["0.5/mirrored"].find(",2,1,0.500,5.000,5.000,5.000,5.000,10.000,0.800,at_most"), std::string::npos)
       << summary_rows["0.5/mirrored"];
   // 2: mirrored never: ratio <= 8 / 15.
   EXPECT_NE(summary_rows["2/parameter_server"].find(",8.000,0.533,at_most"), std::string::npos)
       << summary_rows["2/parameter_server"];
   // 8: neither reached the target: no ratio.
-  EXPECT_NE(summary_rows["8/parameter_server"].find(",2,0,1.000,,,,15.000,,"), std::string::npos)
+  EXPECT_NE(summary_rows["8/parameter_server"].find(",2,0,1.000,,,,,15.000,,"), std::string::npos)
       << summary_rows["8/parameter_server"];
 
   ASSERT_EQ(r->crossings.size(), 1u);
@@ -319,7 +320,11 @@ TEST(Sweep, TQuantileMatchesTheTable) {
   EXPECT_EQ(s.reached, 2);
   EXPECT_DOUBLE_EQ(s.mean, 12);
   EXPECT_NEAR(s.censoredFraction(), 1.0 / 3, 1e-12);
-  EXPECT_NEAR(s.ci_high - s.mean, 12.706 * std::sqrt(8.0) / std::sqrt(2.0), 1e-9);
+  // The interval is on log TTA, around the geometric mean: sd of {ln 10, ln 14} is ln(1.4) / sqrt(2).
+  EXPECT_NEAR(s.geomean, std::sqrt(140.0), 1e-9);
+  EXPECT_NEAR(std::log(s.ci_high / s.geomean), 12.706 * std::log(1.4) / 2, 1e-9);
+  EXPECT_NEAR(std::log(s.geomean / s.ci_low), 12.706 * std::log(1.4) / 2, 1e-9);
+  EXPECT_GT(s.ci_low, 0);  // the t interval on the TTAs themselves reached -13.4 here
   EXPECT_NEAR(s.restricted_mean, (10.0 + 50 + 14) / 3, 1e-12);
 }
 
