@@ -12,8 +12,8 @@
 # median above 1.00 whose interval reaches below it is parity, not a lead. Beside them, the physical
 # limit: every byte a rank sends is copied at least once by some core, so with RANKS ranks on CORES cores
 # busbw <= min(CORES, RANKS) / RANKS x one core's memcpy bandwidth at that size (bench/peers/memcpy_bw.c,
-# measured each round). Refuses to start unless the load is below 0.5 per core, and after building a peer
-# waits for the load that left to decay below it.
+# measured each round). Refuses to start unless the CPUs are quiet (bench/quiet.sh), and after building a
+# peer waits for them to be quiet again.
 # Installs its own dependencies (openmpi-bin libopenmpi-dev libgloo-dev, as scripts/install-deps.sh --with-bench does)
 # and builds bench/peers/*.{c,cc} into build-bench/.
 # Usage: bench/allreduce_compare.sh [CHAOSBED_BINARY] [RANKS] [ROUNDS]   (defaults: build/chaosbed, 4, 15)
@@ -64,7 +64,7 @@ if stale "$out/memcpy_bw" bench/peers/memcpy_bw.c; then
   built=1
 fi
 if [ "$built" -eq 1 ] && ! wait_quiet 600; then
-  echo "allreduce_compare: load $(quiet_load) on $quiet_cores cores 10 minutes after building the peers; refusing to measure" >&2
+  echo "allreduce_compare: ${quiet_busy}% busy (load $(quiet_load)) on $quiet_cores cores 10 minutes after building the peers; refusing to measure" >&2
   exit 2
 fi
 

@@ -7,9 +7,9 @@
 #    ALLREDUCE_ROUNDS rounds (default 15, at least PAIRS; a round takes about 8 s, and a single one swings by
 #    tens of percent, so the ratios come with a 95% interval of their median);
 # 3. point to point against ucx_perftest (bench/p2p_vs_perftest.sh).
-# It refuses to start unless the 1-minute load is below 0.5 per core (a figure taken under load is not a
-# result), and before each later section waits up to 10 minutes for the load of the previous one to decay
-# below it (bench/quiet.sh).
+# It refuses to start unless the CPUs are quiet (bench/quiet.sh; a figure taken under load is not a
+# result), and before each later section waits up to 10 minutes for the CPUs to be quiet again
+# (bench/quiet.sh).
 # Usage: bench/compare.sh [PAIRS] [SECONDS]   (defaults 3 pairs, 3 s per measurement; CHAOSBED=build/chaosbed,
 #        ALLREDUCE_ROUNDS=15)
 # Exit: 0 when every target is met, 1 when one is missed, 2 when a section was refused (a loaded machine) or
@@ -86,8 +86,8 @@ echo "== all-reduce against Open MPI and Gloo"
 # A section's exit status: 1 missed, 2 refused or failed; the run's is the worst of them.
 worst() { [ "$1" -le "$status" ] || status=$1; }
 if wait_quiet 600; then rc=0; bench/allreduce_compare.sh "$chaosbed" 4 "$allreduce_rounds" || rc=$?; worst "$rc"
-else echo "compare: the load stayed at 0.5 per core or above; all-reduce not measured" >&2; worst 2; fi
+else echo "compare: the CPUs stayed busy; all-reduce not measured" >&2; worst 2; fi
 echo "== point to point against ucx_perftest"
 if wait_quiet 600; then rc=0; bench/p2p_vs_perftest.sh "$chaosbed" "$pairs" || rc=$?; worst "$rc"
-else echo "compare: the load stayed at 0.5 per core or above; p2p not measured" >&2; worst 2; fi
+else echo "compare: the CPUs stayed busy; p2p not measured" >&2; worst 2; fi
 exit "$status"

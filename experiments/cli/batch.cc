@@ -12,8 +12,8 @@
 DECLARE_string(metrics_addr);
 DECLARE_bool(metrics_allow_remote);
 DECLARE_string(push_gateway);
-DEFINE_double(wait_quiet_s, 0, "before each run, wait up to this long for the 1-minute load to fall "
-              "below half the cores (a run's own load lingers in the next one's for about a minute); 0: do not wait");
+DEFINE_double(wait_quiet_s, 0, "before each run, wait up to this long for the CPUs to be quiet (under 10% busy "
+              "over a second, from /proc/stat); 0: do not wait");
 
 namespace chaosbed::cli {
 

@@ -139,9 +139,9 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   provenance.spec_sha256 = sha256Hex(resolved_spec);
   if (!provenance.quiet)
     std::fprintf(stderr,
-                 "chaosbed run: WARNING: the load (%.2f) exceeds half of the %d cores: the timings of this run are not "
-                 "a quiet-machine measurement (summary.json: provenance.quiet = false)\n",
-                 provenance.load1_at_start, provenance.cores);
+                 "chaosbed run: WARNING: %.0f%% of the %d cores' time was busy just before the start: the timings of "
+                 "this run are not a quiet-machine measurement (summary.json: provenance.quiet = false)\n",
+                 100 * provenance.cpu_busy_at_start, provenance.cores);
   RunRecord record{&provenance, &plan->rates, nullptr};
   CHAOSBED_RETURN_IF_ERROR(writeSummary(dir, spec, {}, false, record));
   CHAOSBED_ASSIGN_OR_RETURN(auto events, chaos::EventLog::open(dir + "/events.jsonl"));

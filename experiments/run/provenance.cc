@@ -52,21 +52,40 @@ double loadAverage1() {
   return load;
 }
 
+double cpuBusyFraction(std::chrono::milliseconds window) {
+  // The first line of /proc/stat: user nice system idle iowait irq softirq steal ..., in ticks.
+  auto read = [](uint64_t* busy, uint64_t* total) {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    if (!(in >> cpu) || cpu != "cpu") return false;
+    *busy = *total = 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8 && in >> v; ++i) {
+      *total += v;
+      if (i != 3 && i != 4) *busy += v;
+    }
+    return *total > 0;
+  };
+  uint64_t busy0, total0, busy1, total1;
+  if (!read(&busy0, &total0)) return -1;
+  std::this_thread::sleep_for(window);
+  if (!read(&busy1, &total1) || total1 <= total0) return -1;
+  return double(busy1 - busy0) / double(total1 - total0);
+}
+
 bool waitForQuiet(double max_wait_s, FILE* progress) {
-  const double limit = 0.5 * std::max(1u, std::thread::hardware_concurrency());
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_wait_s);
   bool said = false;
   for (;;) {
-    const double load = loadAverage1();
-    if (load >= 0 && load < limit) return true;
+    const double busy = cpuBusyFraction(std::chrono::seconds(1));
+    if (busy >= 0 && busy < kQuietBusy) return true;
     if (std::chrono::steady_clock::now() >= give_up) return false;
     if (!said && progress) {
-      std::fprintf(progress, "waiting for the load (%.2f) to fall below half the cores (%.1f), at most %.0f s\n", load, limit,
-                   max_wait_s);
+      std::fprintf(progress, "waiting for the CPUs to be quiet (%.0f%% busy over the last second; want < %.0f%%), at most %.0f s\n",
+                   100 * busy, 100 * kQuietBusy, max_wait_s);
       std::fflush(progress);
       said = true;
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 }
 
@@ -95,7 +114,8 @@ Provenance Provenance::atStart() {
   p.cpu_model = cpuModel();
   p.cores = int(std::thread::hardware_concurrency());
   p.load1_at_start = loadAverage1();
-  p.quiet = p.load1_at_start >= 0 && p.cores > 0 && p.load1_at_start < 0.5 * p.cores;
+  p.cpu_busy_at_start = cpuBusyFraction(kQuietWindow);
+  p.quiet = p.cpu_busy_at_start >= 0 && p.cpu_busy_at_start < kQuietBusy;
   p.command_line = commandLine();
   p.slurm_job = slurmJob();
   p.started_at = utcNow();
@@ -117,7 +137,8 @@ std::string sha256Hex(std::string_view text) {
 nlohmann::json Provenance::toJson() const {
   return {{"version", version},       {"commit", commit},           {"dirty", dirty},
           {"host", host},             {"cpu_model", cpu_model},     {"cores", cores},
-          {"load1_at_start", load1_at_start}, {"quiet", quiet},     {"command_line", command_line},
+          {"load1_at_start", load1_at_start}, {"cpu_busy_at_start", cpu_busy_at_start}, {"quiet", quiet},
+          {"command_line", command_line},
           {"load1_at_end", load1_at_end < 0 ? nlohmann::json(nullptr) : nlohmann::json(load1_at_end)},
           {"slurm_job", slurm_job.empty() ? nlohmann::json(nullptr) : nlohmann::json(slurm_job)},
           {"spec_sha256", spec_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(spec_sha256)},

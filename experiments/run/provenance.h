@@ -3,9 +3,12 @@
 // reports), so that a figure can be traced to a binary, a machine and the load it ran under.
 //
 // The build's commit and dirty flag come from the source tree at build time (cmake/BuildInfo.cmake); the
-// rest is read when a run starts and ends. A run that starts with a 1-minute load of half the cores or more is
-// not a quiet-machine measurement: `quiet` says so, and the run warns on stderr.
+// rest is read when a run starts and ends. A run that starts while more than a tenth of the machine's CPU time
+// is busy (over 200 ms, from /proc/stat) is not a quiet-machine measurement: `quiet` says so, and the run
+// warns on stderr. The 1-minute load average is recorded too, but it holds a previous run's own load for a
+// minute after that run ended, so back-to-back runs of a sweep would all read as loaded.
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -28,7 +31,8 @@ struct Provenance {
   int cores = 0;               // online CPUs
   double load1_at_start = 0;   // /proc/loadavg, 1-minute
   double load1_at_end = -1;    // set by end(); negative before
-  bool quiet = true;           // load1_at_start < cores / 2
+  double cpu_busy_at_start = 0;  // fraction of all cores' time busy over kQuietWindow before the run
+  bool quiet = true;           // cpu_busy_at_start < kQuietBusy
   std::string spec_sha256;     // of the resolved spec (spec.yaml), when a run sets it
   std::string command_line;    // of this process
   std::string slurm_job;       // "<job>" or "<array job>_<task>" when run by Slurm, else empty
@@ -45,9 +49,16 @@ std::string sha256Hex(std::string_view text);
 // The 1-minute load average; negative when unreadable.
 double loadAverage1();
 
-// Waits (up to max_wait_s) until the 1-minute load is below half the cores, saying so on `progress` when
-// it has to wait. Back-to-back runs need it: a run's own load lingers in the next run's load average for
-// about a minute. Returns whether the machine is quiet now.
+// Quiet: under a tenth of the machine's CPU time busy over the window.
+inline constexpr double kQuietBusy = 0.1;
+inline constexpr std::chrono::milliseconds kQuietWindow{200};
+
+// The fraction of all cores' time spent busy (not idle, not waiting for I/O) over `window`, from
+// /proc/stat; negative when unreadable.
+double cpuBusyFraction(std::chrono::milliseconds window);
+
+// Waits (up to max_wait_s) until the machine is quiet (cpuBusyFraction over 1 s below kQuietBusy), saying so
+// on `progress` when it has to wait. Returns whether it is quiet now.
 bool waitForQuiet(double max_wait_s, FILE* progress);
 
 }  // namespace chaosbed::run
