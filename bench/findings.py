@@ -196,7 +196,7 @@ def main():
 
     # Per seed, so that the pairing can be seen.
     w("## Every run\n")
-    w("TTA in seconds per seed (– : not reached within the time limit).\n")
+    w("Sustained TTA in seconds per seed (– : not reached within the time limit).\n")
     w("| " + (axis or "point") + " | seed | " + " | ".join(strategies) + " |")
     w("|---|---|" + "---|" * len(strategies))
     for group, x in groups():
@@ -205,7 +205,8 @@ def main():
             for label in strategies:
                 r = next((p for p in points if p["group"] == group and p["strategy"] == label
                           and int(p["seed"]) == seed), None)
-                cells.append(fnum(r["tta_seconds"], 1) if r and r["tta_seconds"] else ("–" if r else "not run"))
+                t = r.get("tta_sustained_seconds", r.get("tta_seconds")) if r else None  # older sweeps: first crossing
+                cells.append(fnum(t, 1) if t else ("–" if r else "not run"))
             w(f"| {x or 'none'} | {seed} | " + " | ".join(cells) + " |")
     w("")
 
@@ -234,10 +235,10 @@ def main():
         n = load_json(os.path.join(args.noise, "noise.json"))
         parts = []
         for label, st in n.get("strategies", {}).items():
-            tta = st.get("tta_seconds", {})
+            tta = st.get("tta_sustained_seconds", {})
             parts.append(f"`{label}` CV {fnum(tta.get('cv'))} (mean {fnum(tta.get('mean_s'), 1)} s, sd "
                          f"{fnum(tta.get('sd_s'), 1)} s, {tta.get('reached')}/{tta.get('runs')} reached)")
-        w(f"- No-fault spread of TTA (`chaosbed noise {n.get('spec', '')} --runs {n.get('runs')}`): "
+        w(f"- No-fault spread of sustained TTA (`chaosbed noise {n.get('spec', '')} --runs {n.get('runs')}`): "
           + "; ".join(parts) + ". A difference smaller than this spread is noise.")
     w(f"- Machine: {', '.join(hosts) or '?'}; {', '.join(cpus) or '?'}, {', '.join(map(str, cores)) or '?'} cores. "
       f"Load average (1 min) at the start of each point: median {fnum(sorted(loads)[len(loads) // 2]) if loads else '?'}, "
@@ -249,7 +250,7 @@ def main():
         w(f"- From {starts[0]} to {ends[-1]} (UTC).")
     w("")
     w(f"Data: [{args.name}.csv]({args.name}.csv) (the sweep's `sweep.csv`), figure "
-      f"[{args.name}.svg]({args.name}.svg) (`bench/plot.py`): mean TTA per strategy and the paired ratio.\n")
+      f"[{args.name}.svg]({args.name}.svg) (`bench/plot.py`): geometric mean sustained TTA per strategy and the paired ratio.\n")
 
     os.makedirs(args.out, exist_ok=True)
     shutil.copyfile(csv_path, os.path.join(args.out, f"{args.name}.csv"))

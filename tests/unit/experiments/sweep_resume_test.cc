@@ -48,10 +48,10 @@ class FakeRunner {
     const bool censored = spec.seed == 2 && pause == 4;
     const double jitter = spec.seed == 1 ? -1 : 1;
     nlohmann::json strategies = {
-        {"mirrored", {{"kind", "mirrored"}, {"tta_seconds", 20 + 10 * pause + jitter}, {"final_accuracy", 0.9}}},
+        {"mirrored", {{"kind", "mirrored"}, {"tta_sustained_seconds", 20 + 10 * pause + jitter}, {"final_accuracy", 0.9}}},
         {"parameter_server",
          {{"kind", "parameter_server"},
-          {"tta_seconds", censored ? nlohmann::json(nullptr) : nlohmann::json(35 + jitter)},
+          {"tta_sustained_seconds", censored ? nlohmann::json(nullptr) : nlohmann::json(35 + jitter)},
           {"final_accuracy", 0.9}}}};
     fs::create_directories(dir);
     nlohmann::json summary = {{"experiment", spec.metadata.name}, {"seed", spec.seed}, {"complete", true},
@@ -199,9 +199,9 @@ class CensoringRunner {
     const bool m_reached = pause < 0.5 || (pause < 2 && spec.seed == 1);
     const nlohmann::json none(nullptr);
     nlohmann::json strategies = {
-        {"mirrored", {{"kind", "mirrored"}, {"tta_seconds", m_reached ? nlohmann::json(5.0) : none}}},
+        {"mirrored", {{"kind", "mirrored"}, {"tta_sustained_seconds", m_reached ? nlohmann::json(5.0) : none}}},
         {"parameter_server",
-         {{"kind", "parameter_server"}, {"tta_seconds", pause < 8 ? nlohmann::json(spec.seed == 1 ? 7.0 : 9.0) : none}}}};
+         {{"kind", "parameter_server"}, {"tta_sustained_seconds", pause < 8 ? nlohmann::json(spec.seed == 1 ? 7.0 : 9.0) : none}}}};
     fs::create_directories(dir);
     std::ofstream(dir + "/summary.json") << nlohmann::json{{"complete", true}, {"strategies", strategies}}.dump();
     return true;
