@@ -229,8 +229,10 @@ def main():
             grid = ", ".join(f"lr {r['learning_rate']} m {r['momentum']}: {fnum(r['score_s'], 1)} s"
                              for r in st.get("recipes", []))
             wn = st.get("winner", {})
+            tie = f" ({wn['tie']})" if wn.get("tie") else ""
+            grown = f" (grown past its edge {st['grid_grown']} time(s))" if st.get("grid_grown") else ""
             w(f"  - `{label}`: winner lr {wn.get('learning_rate')} momentum {wn.get('momentum')} "
-              f"({fnum(wn.get('score_s'), 1)} s); grid: {grid}.")
+              f"({fnum(wn.get('score_s'), 1)} s){tie}; grid{grown}: {grid}.")
     if args.noise:
         n = load_json(os.path.join(args.noise, "noise.json"))
         parts = []

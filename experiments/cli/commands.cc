@@ -35,7 +35,7 @@ const Command kCommands[] = {
      "run a spec's sweep grid x seeds plus a no-chaos baseline (resumable): here, as a Slurm job array, or by index elsewhere",
      "out,executor,sbatch_args,sweep_point,sweep_point_index,wait_quiet_s,metrics_addr,metrics_allow_remote,push_gateway", runSweep},
     {"tune", "SPEC [--out DIR]", "find each strategy's best no-fault training recipe over a small grid",
-     "out,tune_lr,tune_momentum,tune_seeds,tune_shards,wait_quiet_s,metrics_addr,metrics_allow_remote,push_gateway", runTune},
+     "out,tune_lr,tune_momentum,tune_seeds,tune_shards,tune_grow,wait_quiet_s,metrics_addr,metrics_allow_remote,push_gateway", runTune},
     {"noise", "SPEC [--runs N] [--out DIR]", "the no-fault spread (CV) of each strategy's TTA over N seeds",
      "out,runs,wait_quiet_s,metrics_addr,metrics_allow_remote,push_gateway", runNoise},
     {"suite", "SUITE [--junit FILE] [--out DIR]", "run a resilience suite: scenarios with assertions, JUnit XML",

@@ -15,7 +15,9 @@
 DECLARE_string(out);
 DEFINE_string(tune_lr, "", "learning rates to try, comma-separated (default: the spec's x 0.25, 0.5, 1, 2)");
 DEFINE_string(tune_momentum, "", "momenta to try, comma-separated (default: 0,0.5,0.9)");
-DEFINE_string(tune_seeds, "", "seeds per recipe, comma-separated (default: the spec's seed)");
+DEFINE_string(tune_seeds, "", "seeds per recipe, comma-separated (default: the spec's seed and the next two)");
+DEFINE_int32(tune_grow, 2, "how often a strategy's grid may grow past an edge its best recipe is on (learning rate x2 "
+             "or /2, momentum halfway to 1); 0: never");
 DEFINE_string(tune_shards, "", "parameter-server shard counts to try, comma-separated (default: each strategy's own)");
 
 namespace chaosbed::cli {
@@ -61,6 +63,7 @@ int runTune(int argc, char** argv) {
   options.momenta = *moms;
   options.seeds = *seeds;
   options.shards = *shards;
+  options.grow = FLAGS_tune_grow;
   auto outcome = tune::runTune(options, batch->runner(nullptr));
   if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {

@@ -1,8 +1,12 @@
 #include "experiments/tune/tune.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/config/config.h"
@@ -70,22 +74,53 @@ spec::ExperimentSpec pointSpec(const spec::ExperimentSpec& base, const std::stri
   return s;
 }
 
-size_t bestRecipe(const std::vector<RecipeScore>& recipes) {
+size_t lowestScore(const std::vector<RecipeScore>& recipes) {
   size_t best = 0;
   for (size_t i = 1; i < recipes.size(); ++i)
     if (recipes[i].score < recipes[best].score) best = i;
   return best;
 }
 
+double scoreNoise(const RecipeScore& r) {
+  std::vector<double> v;
+  for (const auto& t : r.ttas) v.push_back(t.value_or(0));
+  double se = 0;
+  if (std::count_if(r.ttas.begin(), r.ttas.end(), [](const auto& t) { return t.has_value(); }) == int(v.size()) &&
+      v.size() >= 2) {
+    double mean = 0, ss = 0;
+    for (double x : v) mean += x / double(v.size());
+    for (double x : v) ss += (x - mean) * (x - mean);
+    se = std::sqrt(ss / double(v.size() - 1) / double(v.size()));
+  }
+  return std::max(se, 0.01 * r.score);
+}
+
+size_t bestRecipe(const std::vector<RecipeScore>& recipes) {
+  if (recipes.empty()) return 0;
+  const size_t lowest = lowestScore(recipes);
+  const double within = recipes[lowest].score + scoreNoise(recipes[lowest]);
+  size_t best = lowest;
+  auto simpler = [&](const RecipeScore& a, const RecipeScore& b) {
+    return std::make_tuple(a.shards, a.recipe.momentum, a.score) < std::make_tuple(b.shards, b.recipe.momentum, b.score);
+  };
+  for (size_t i = 0; i < recipes.size(); ++i)
+    if (recipes[i].score <= within && simpler(recipes[i], recipes[best])) best = i;
+  return best;
+}
+
 Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner& runner) {
   CHAOSBED_ASSIGN_OR_RETURN(spec::ExperimentSpec base, spec::loadExperimentSpec(options.spec_path));
-  const std::vector<int64_t> seeds = options.seeds.empty() ? std::vector<int64_t>{base.seed} : options.seeds;
+  // Three seeds by default: one seed's TTA varies by 14-30% without faults, more than many recipes differ.
+  const std::vector<int64_t> seeds =
+      options.seeds.empty() ? std::vector<int64_t>{base.seed, base.seed + 1, base.seed + 2} : options.seeds;
   for (double lr : options.learning_rates)
     if (!(lr > 0)) return Status::invalidArgument("tune: learning rates must be > 0, got " + number(lr));
   for (double m : options.momenta)
     if (!(m >= 0 && m < 1)) return Status::invalidArgument("tune: momenta must be in [0, 1), got " + number(m));
   for (int n : options.shards)
     if (n < 1 || n > 64) return Status::invalidArgument("tune: shard counts must be in 1..64, got " + std::to_string(n));
+  if (options.grow < 0 || options.grow > 8)
+    return Status::invalidArgument("tune: grow must be in 0..8, got " + std::to_string(options.grow));
   std::error_code ec;
   fs::create_directories(options.out_dir + "/points", ec);
   if (ec) return Status::ioError("cannot create " + options.out_dir + "/points: " + ec.message());
@@ -100,40 +135,70 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
     StrategyTuning tuning;
     tuning.label = st.label;
     const bool shards_tuned = st.kind == spec::StrategyKind::kParameterServer && !options.shards.empty();
-    for (const spec::Recipe& recipe : recipeGrid(st.recipe, options))
-      for (int shards : shardGrid(st, options)) {
-        RecipeScore score;
-        score.recipe = recipe;
-        score.shards = shards;
-        for (int64_t seed : seeds) {
-          ++done;
-          const std::string dir = options.out_dir + "/points/" + st.label + "/" + recipeId(recipe, shards, shards_tuned, seed);
-          if (sweep::pointComplete(dir)) {
-            ++out.resumed;
-          } else {
-            fs::remove_all(dir, ec);
-            if (options.progress)
-              std::fprintf(options.progress, "tune [%zu/%zu] %s: learning_rate %s, momentum %s%s, seed %lld\n", done,
-                           total, st.label.c_str(), number(recipe.learning_rate).c_str(),
-                           number(recipe.momentum).c_str(),
-                           shards_tuned ? (", shards " + std::to_string(shards)).c_str() : "",
-                           static_cast<long long>(seed));
-            Result<bool> complete = runner(pointSpec(base, st.label, recipe, shards, seed), dir);
-            if (!complete.isOk() && complete.status().code() == StatusCode::kCancelled) return complete.status();
-            if (!complete.isOk() || !*complete) ++out.failed;
-            else ++out.ran;
+    std::vector<double> lrs, moms;  // the grid's axes, grown past an edge the winner is on
+    for (const spec::Recipe& r : recipeGrid(st.recipe, options)) {
+      if (std::find(lrs.begin(), lrs.end(), r.learning_rate) == lrs.end()) lrs.push_back(r.learning_rate);
+      if (std::find(moms.begin(), moms.end(), r.momentum) == moms.end()) moms.push_back(r.momentum);
+    }
+    std::set<std::tuple<double, double, int>> scored;
+    for (;;) {
+      for (double lr : lrs)
+        for (double m : moms)
+          for (int shards : shardGrid(st, options)) {
+            if (!scored.insert({lr, m, shards}).second) continue;
+            spec::Recipe recipe = st.recipe;
+            recipe.learning_rate = lr;
+            recipe.momentum = m;
+            RecipeScore score;
+            score.recipe = recipe;
+            score.shards = shards;
+            for (int64_t seed : seeds) {
+              ++done;
+              total = std::max(total, done);
+              const std::string dir =
+                  options.out_dir + "/points/" + st.label + "/" + recipeId(recipe, shards, shards_tuned, seed);
+              if (sweep::pointComplete(dir)) {
+                ++out.resumed;
+              } else {
+                fs::remove_all(dir, ec);
+                if (options.progress)
+                  std::fprintf(options.progress, "tune [%zu/%zu] %s: learning_rate %s, momentum %s%s, seed %lld\n", done,
+                               total, st.label.c_str(), number(recipe.learning_rate).c_str(),
+                               number(recipe.momentum).c_str(),
+                               shards_tuned ? (", shards " + std::to_string(shards)).c_str() : "",
+                               static_cast<long long>(seed));
+                Result<bool> complete = runner(pointSpec(base, st.label, recipe, shards, seed), dir);
+                if (!complete.isOk() && complete.status().code() == StatusCode::kCancelled) return complete.status();
+                if (!complete.isOk() || !*complete) ++out.failed;
+                else ++out.ran;
+              }
+              const auto tta = sweep::pointComplete(dir) ? sustainedTta(dir, st.label) : std::nullopt;
+              score.ttas.push_back(tta);
+              csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
+                  << number(recipe.momentum) << "," << seed << "," << (tta ? number(*tta) : "") << ","
+                  << (tta ? "true" : "false") << ","
+                  << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << "\n";
+            }
+            score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
+            tuning.recipes.push_back(std::move(score));
           }
-          const auto tta = sweep::pointComplete(dir) ? sustainedTta(dir, st.label) : std::nullopt;
-          score.ttas.push_back(tta);
-          csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
-              << number(recipe.momentum) << "," << seed << "," << (tta ? number(*tta) : "") << ","
-              << (tta ? "true" : "false") << ","
-              << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << "\n";
-        }
-        score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
-        tuning.recipes.push_back(std::move(score));
-      }
-    tuning.winner = bestRecipe(tuning.recipes);
+      tuning.winner = bestRecipe(tuning.recipes);
+      tuning.lowest = lowestScore(tuning.recipes);
+      if (tuning.grown >= options.grow) break;
+      // A winner on an edge of an axis that has more than one value: try past it.
+      const spec::Recipe& w = tuning.recipes[tuning.winner].recipe;
+      const auto [lr_min, lr_max] = std::minmax_element(lrs.begin(), lrs.end());
+      const double m_max = *std::max_element(moms.begin(), moms.end());
+      bool grew = false;
+      if (lrs.size() >= 2 && w.learning_rate == *lr_max) lrs.push_back(*lr_max * 2), grew = true;
+      else if (lrs.size() >= 2 && w.learning_rate == *lr_min) lrs.push_back(*lr_min / 2), grew = true;
+      if (moms.size() >= 2 && w.momentum == m_max && m_max > 0 && m_max < 0.99) moms.push_back(1 - (1 - m_max) / 2), grew = true;
+      if (!grew) break;
+      ++tuning.grown;
+      if (options.progress)
+        std::fprintf(options.progress, "tune: %s's best recipe (learning_rate %s, momentum %s) is on the grid's edge: growing it\n",
+                     st.label.c_str(), number(w.learning_rate).c_str(), number(w.momentum).c_str());
+    }
     out.strategies.push_back(std::move(tuning));
   }
 
@@ -152,11 +217,16 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
                          {"tta_sustained_s", ttas}, {"score_s", r.score}});
     }
     const spec::Recipe& w = t.recipes[t.winner].recipe;
-    j["strategies"][t.label] = {{"recipes", recipes},
-                                {"winner", {{"learning_rate", w.learning_rate}, {"momentum", w.momentum},
-                                            {"batch_per_worker", w.batch_per_worker}, {"weight_decay", w.weight_decay},
-                                            {"shards", t.recipes[t.winner].shards},
-                                            {"score_s", t.recipes[t.winner].score}}}};
+    nlohmann::json winner = {{"learning_rate", w.learning_rate}, {"momentum", w.momentum},
+                             {"batch_per_worker", w.batch_per_worker}, {"weight_decay", w.weight_decay},
+                             {"shards", t.recipes[t.winner].shards}, {"score_s", t.recipes[t.winner].score}};
+    if (t.winner != t.lowest)
+      winner["tie"] = "within " + number(scoreNoise(t.recipes[t.lowest])) + " s (the noise) of the lowest score, " +
+                      number(t.recipes[t.lowest].score) + " s (learning_rate " +
+                      number(t.recipes[t.lowest].recipe.learning_rate) + ", momentum " +
+                      number(t.recipes[t.lowest].recipe.momentum) + ", shards " +
+                      std::to_string(t.recipes[t.lowest].shards) + "): the simpler recipe wins";
+    j["strategies"][t.label] = {{"recipes", recipes}, {"winner", winner}, {"grid_grown", t.grown}};
     tuned.strategies[i].recipe = w;
     tuned.strategies[i].shards = t.recipes[t.winner].shards;
   }

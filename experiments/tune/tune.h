@@ -4,10 +4,14 @@
 //
 // For every strategy of the spec and every (learning_rate, momentum) of the grid, and, for a parameter server,
 // every shard count of --tune_shards, and every seed, one run of the spec with that strategy alone, that
-// recipe and no chaos section: a server that is the bottleneck is tuned away like a learning rate. A recipe's score is its restricted
-// mean TTA over the seeds (the sustained TTA, an unreached target counting as the time limit: a lower bound
-// that never prefers a recipe that misses the target to one that reaches it); the lowest score wins, ties
-// going to the grid's earlier recipe.
+// recipe and no chaos section: a server that is the bottleneck is tuned away like a learning rate. A recipe's
+// score is its restricted mean TTA over the seeds (the sustained TTA, an unreached target counting as the
+// time limit: a lower bound that never prefers a recipe that misses the target to one that reaches it).
+// The lowest score wins, except that a simpler recipe (fewer shards, then less momentum) whose score is
+// within the noise of the lowest (the lowest's standard error over its seeds, at least 1% of it) wins
+// instead, and tune.json says so. A winner on the edge of the grid's learning rates (or at its highest
+// momentum) grows the grid past that edge (learning rate x2 or /2, momentum halfway to 1), up to
+// TuneOptions::grow times per strategy: a best recipe at the edge may not be the best.
 //
 // Layout of the tune directory (resumable like a sweep: a complete point is not run again):
 //   points/<label>/<id>/   one run's results directory (run/results.h)
@@ -33,7 +37,8 @@ struct TuneOptions {
   std::string out_dir;
   std::vector<double> learning_rates;  // empty: the spec's training.learning_rate x {0.25, 0.5, 1, 2}
   std::vector<double> momenta;         // empty: {0, 0.5, 0.9}
-  std::vector<int64_t> seeds;          // empty: the spec's seed
+  std::vector<int64_t> seeds;          // empty: the spec's seed and the next two
+  int grow = 2;                        // how often a strategy's grid may grow past an edge its winner is on
   std::vector<int> shards;             // parameter servers' shard counts; empty: each strategy's own
   FILE* progress = stdout;             // nullptr: silent
 };
@@ -47,8 +52,10 @@ struct RecipeScore {
 
 struct StrategyTuning {
   std::string label;
-  std::vector<RecipeScore> recipes;  // in grid order
+  std::vector<RecipeScore> recipes;  // in the order they were run (the grid's, then each growth's)
   size_t winner = 0;                 // index into recipes
+  size_t lowest = 0;                 // the lowest score; the winner unless a simpler recipe tied with it
+  int grown = 0;                     // how often the grid grew past an edge
 };
 
 struct TuneOutcome {
@@ -63,8 +70,12 @@ std::vector<int> shardGrid(const spec::StrategySpec& strategy, const TuneOptions
 // The spec of one tuning run: only `label`, with `recipe` and `shards`, no chaos, no sweep, that seed.
 spec::ExperimentSpec pointSpec(const spec::ExperimentSpec& base, const std::string& label, const spec::Recipe& recipe,
                                int shards, int64_t seed);
-// The index of the lowest score (the first of equal ones).
+// The winner: the lowest score, or the simplest recipe (fewest shards, then least momentum, then the lowest
+// score) among those within the noise of it (TuneOptions). Earlier recipes win exact ties.
 size_t bestRecipe(const std::vector<RecipeScore>& recipes);
+// The lowest score's index (the first of equal ones), and the noise a tie is judged by.
+size_t lowestScore(const std::vector<RecipeScore>& recipes);
+double scoreNoise(const RecipeScore& r);
 
 Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner& runner);
 

@@ -35,7 +35,8 @@ TEST(TuneEndToEnd, EachStrategyGetsItsLowestScoringRecipeAndTheTuneResumes) {
   const std::string spec = std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml";
   // 1e-6 hardly moves the model: its runs are censored at the time limit and score it.
   const std::vector<std::string> argv = {testing::chaosbedBinary(), "tune", spec, "--out=" + dir + "/out",
-                                         "--tune_lr=0.000001,0.1", "--tune_momentum=0.9",
+                                         "--tune_lr=0.000001,0.1", "--tune_momentum=0.9", "--tune_seeds=1",
+                                         "--tune_grow=0",
                                          "--metrics_addr=127.0.0.1:0"};
   testing::Command first(argv);
   auto code = first.wait(deadlineIn(300s));

@@ -3,6 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "chaosbed/config.h"
 #include "experiments/tune/tune.h"
 
 namespace chaosbed::tune {
@@ -27,6 +36,99 @@ TEST(TuneGrid, ShardsAreAnAxisOfTheParameterServerOnly) {
   ASSERT_EQ(point.strategies.size(), 1u);
   EXPECT_EQ(point.strategies.front().shards, 4);
   EXPECT_EQ(point.seed, 7);
+}
+
+// A fake run: writes a complete summary whose sustained TTA is `tta(recipe, seed)`, and counts the seeds seen.
+struct FakeRuns {
+  std::function<double(const spec::Recipe&, int64_t)> tta;
+  std::set<int64_t> seeds;
+  int runs = 0;
+  Result<bool> operator()(const spec::ExperimentSpec& spec, const std::string& dir) {
+    ++runs;
+    seeds.insert(spec.seed);
+    std::filesystem::create_directories(dir);
+    const spec::StrategySpec& st = spec.strategies.front();
+    nlohmann::json j = {{"complete", true},
+                        {"strategies", {{st.label, {{"tta_sustained_seconds", tta(st.recipe, spec.seed)}}}}}};
+    std::ofstream(dir + "/summary.json") << j.dump();
+    return true;
+  }
+};
+
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+TuneOptions optionsIn(const std::string& name) {
+  TuneOptions o;
+  o.spec_path = std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml";
+  o.out_dir = ::testing::TempDir() + "/tune-" + name + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(o.out_dir);
+  o.progress = nullptr;
+  return o;
+}
+
+// The best learning rate is 0.4; the grid {0.05, 0.1} has its winner on the upper edge, so it grows (x2) until
+// the winner is inside, or the growth limit is reached.
+TEST(TuneGrid, AWinnerOnTheEdgeGrowsTheGridPastIt) {
+  FakeRuns runs{[](const spec::Recipe& r, int64_t) { return 5 + std::abs(std::log2(r.learning_rate / 0.4)); }};
+  TuneOptions o = optionsIn("grow");
+  o.learning_rates = {0.05, 0.1};
+  o.momenta = {0.9};
+  o.seeds = {1};
+  o.grow = 3;
+  auto out = runTune(o, std::ref(runs));
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  for (const StrategyTuning& t : out->strategies) {
+    SCOPED_TRACE(t.label);
+    std::vector<double> lrs;
+    for (const auto& r : t.recipes) lrs.push_back(r.recipe.learning_rate);
+    EXPECT_EQ(lrs, (std::vector<double>{0.05, 0.1, 0.2, 0.4, 0.8})) << "0.8 shows 0.4 is inside";
+    EXPECT_DOUBLE_EQ(t.recipes[t.winner].recipe.learning_rate, 0.4);
+    EXPECT_EQ(t.grown, 3);
+  }
+  const nlohmann::json j = readJson(o.out_dir + "/tune.json");
+  EXPECT_EQ(j["strategies"]["mirrored"]["grid_grown"], 3);
+  // With growth limited, the edge winner stays: the limit is what stops it.
+  o = optionsIn("grow-limited");
+  o.learning_rates = {0.05, 0.1};
+  o.momenta = {0.9};
+  o.seeds = {1};
+  o.grow = 1;
+  out = runTune(o, std::ref(runs));
+  ASSERT_TRUE(out.isOk());
+  EXPECT_DOUBLE_EQ(out->strategies[0].recipes[out->strategies[0].winner].recipe.learning_rate, 0.2);
+  EXPECT_EQ(out->strategies[0].recipes.size(), 3u);
+}
+
+// Momentum 0.9 scores 0.5% better than momentum 0 over three seeds that agree: within the noise (1% of the
+// score at least), so the simpler recipe wins and tune.json says why. Without a seed list, three seeds run.
+TEST(TuneGrid, ATieWithinTheNoiseGoesToTheSimplerRecipeAndSaysSo) {
+  FakeRuns runs{[](const spec::Recipe& r, int64_t) { return r.momentum > 0 ? 10.0 : 10.05; }};
+  TuneOptions o = optionsIn("tie");
+  o.learning_rates = {0.1};
+  o.momenta = {0.9, 0};
+  o.grow = 0;
+  auto out = runTune(o, std::ref(runs));
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  EXPECT_EQ(runs.seeds, (std::set<int64_t>{7, 8, 9})) << "the spec's seed (tiny-synthetic: 7) and the next two";
+  const StrategyTuning& t = out->strategies[0];
+  EXPECT_DOUBLE_EQ(t.recipes[t.lowest].recipe.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(t.recipes[t.winner].recipe.momentum, 0);
+  const nlohmann::json j = readJson(o.out_dir + "/tune.json");
+  EXPECT_NE(j["strategies"][t.label]["winner"].value("tie", "").find("the simpler recipe wins"), std::string::npos)
+      << j.dump(2);
+  // A real difference (5%) is not a tie.
+  FakeRuns apart{[](const spec::Recipe& r, int64_t) { return r.momentum > 0 ? 10.0 : 10.5; }};
+  o = optionsIn("no-tie");
+  o.learning_rates = {0.1};
+  o.momenta = {0.9, 0};
+  o.seeds = {1, 2, 3};
+  o.grow = 0;
+  out = runTune(o, std::ref(apart));
+  ASSERT_TRUE(out.isOk());
+  EXPECT_DOUBLE_EQ(out->strategies[0].recipes[out->strategies[0].winner].recipe.momentum, 0.9);
 }
 
 }  // namespace
