@@ -13,6 +13,12 @@ work=${1:-/tmp/crossover-finding}
 chaosbed=${CHAOSBED:-build/chaosbed}
 spec=experiments/scenarios/sweep-crossover.yaml
 [ -x "$chaosbed" ] || { echo "crossover_finding: $chaosbed not found: build first (scripts/build.sh)" >&2; exit 4; }
+# A finding is made from a commit: a clean tree, and a binary built from it.
+[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "crossover_finding: the tree has uncommitted changes; commit first" >&2; exit 2; }
+case "$("$chaosbed" --version)" in
+  *"commit $(git rev-parse HEAD))") ;;
+  *) echo "crossover_finding: $chaosbed is not built from this commit ($("$chaosbed" --version)); rebuild (scripts/build.sh)" >&2; exit 2 ;;
+esac
 . bench/quiet.sh
 require_quiet crossover_finding
 echo "crossover_finding: $quiet_busy% busy, load $(cut -d' ' -f1-3 /proc/loadavg) at start on $(nproc) cores" \

@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--command", default="", help="the command line that produced the inputs, quoted in the text")
+    ap.add_argument("--allow-dirty", action="store_true", help="accept points run by a binary built from a dirty tree")
     args = ap.parse_args()
 
     csv_path = os.path.join(args.sweep, "sweep.csv")
@@ -98,7 +99,12 @@ def main():
     experiment = s.get("experiment", args.name)
     target = s.get("target_accuracy")
     commits = sorted({(p.get("commit", "?"), bool(p.get("dirty"))) for p in provenance})
+    if any(d for _, d in commits) and not args.allow_dirty:
+        sys.exit(f"findings.py: {args.sweep}: some points ran a binary built from a dirty tree ("
+                 + ", ".join(c for c, d in commits if d) + "); a finding is made from a commit "
+                 "(rebuild from a clean tree, or --allow-dirty for a draft)")
     loads = [p["load1_at_start"] for p in provenance if isinstance(p.get("load1_at_start"), (int, float))]
+    busy = [p["cpu_busy_at_start"] for p in provenance if isinstance(p.get("cpu_busy_at_start"), (int, float))]
     cores = sorted({p.get("cpu_cores") or p.get("cores") for p in provenance} - {None})
     cpus = sorted({p.get("cpu_model", "") for p in provenance} - {""})
     hosts = sorted({p.get("host", "") for p in provenance} - {""})
@@ -243,10 +249,11 @@ def main():
         w(f"- No-fault spread of sustained TTA (`chaosbed noise {n.get('spec', '')} --runs {n.get('runs')}`): "
           + "; ".join(parts) + ". A difference smaller than this spread is noise.")
     w(f"- Machine: {', '.join(hosts) or '?'}; {', '.join(cpus) or '?'}, {', '.join(map(str, cores)) or '?'} cores. "
-      f"Load average (1 min) at the start of each point: median {fnum(sorted(loads)[len(loads) // 2]) if loads else '?'}, "
-      f"max {fnum(max(loads)) if loads else '?'}; {unquiet} of {len(provenance)} points started above half the "
-      "cores (marked not quiet). Runs follow each other, so the 1-minute load average at a point's start still "
-      "holds the previous run's own load (bench/preemption_finding.sh is run on an otherwise idle machine).")
+      + (f"CPU busy in the 200 ms before each point (/proc/stat): median {fnum(100 * sorted(busy)[len(busy) // 2], 1)}%, "
+         f"max {fnum(100 * max(busy), 1)}%; " if busy else "")
+      + f"{unquiet} of {len(provenance)} points started on a busy machine (marked not quiet). The 1-minute load "
+      f"average at a point's start (median {fnum(sorted(loads)[len(loads) // 2]) if loads else '?'}) still holds "
+      "the previous run's own load, so it is recorded but not what quiet means.")
     w(f"- Build: " + "; ".join(f"{c}{' (dirty tree)' if d else ''}" for c, d in commits) + ".")
     if starts and ends:
         w(f"- From {starts[0]} to {ends[-1]} (UTC).")

@@ -12,6 +12,12 @@ work=${1:-/tmp/preemption-finding}
 chaosbed=${CHAOSBED:-build/chaosbed}
 spec=experiments/scenarios/sweep-preemption.yaml
 [ -x "$chaosbed" ] || { echo "preemption_finding: $chaosbed not found: build first (scripts/build.sh)" >&2; exit 4; }
+# A finding is made from a commit: a clean tree, and a binary built from it.
+[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "preemption_finding: the tree has uncommitted changes; commit first" >&2; exit 2; }
+case "$("$chaosbed" --version)" in
+  *"commit $(git rev-parse HEAD))") ;;
+  *) echo "preemption_finding: $chaosbed is not built from this commit ($("$chaosbed" --version)); rebuild (scripts/build.sh)" >&2; exit 2 ;;
+esac
 . bench/quiet.sh
 require_quiet preemption_finding
 echo "preemption_finding: $quiet_busy% busy, load $(cut -d' ' -f1-3 /proc/loadavg) at start on $(nproc) cores" \

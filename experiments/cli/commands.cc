@@ -12,6 +12,7 @@
 
 #include "chaosbed/config.h"
 #include "experiments/cli/cli.h"
+#include "experiments/run/provenance.h"
 #include "experiments/spec/schema.h"
 
 namespace chaosbed::cli {
@@ -130,9 +131,12 @@ int main(int argc, char** argv) {
     case CommandLine::Want::kHelpFull:
       gflags::ShowUsageWithFlags(argv[0]);
       return kExitPass;
-    case CommandLine::Want::kVersion:
-      std::printf("chaosbed %s\n", CHAOSBED_VERSION);
+    case CommandLine::Want::kVersion: {
+      // The commit the binary was built from, and whether that tree had uncommitted changes.
+      const run::BuildInfo b = run::buildInfo();
+      std::printf("chaosbed %s (commit %s%s)\n", CHAOSBED_VERSION, b.commit, b.dirty ? ", dirty tree" : "");
       return kExitPass;
+    }
     case CommandLine::Want::kRun:
       break;
   }

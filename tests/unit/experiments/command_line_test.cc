@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "experiments/cli/cli.h"
+#include "experiments/run/provenance.h"
 #include "tests/testing/command.h"
 
 namespace chaosbed::cli {
@@ -37,6 +38,16 @@ Ran runBinary(std::vector<std::string> args) {
   testing::Command c(args);
   auto code = c.wait(deadlineIn(30s));
   return {code.value_or(-1), c.output()};
+}
+
+// --version names the commit the binary was built from, as every summary's provenance does: the finding
+// scripts refuse a binary that was not built from the commit they regenerate from.
+TEST(CommandLine, VersionNamesTheBuildsCommitAndWhetherItsTreeWasDirty) {
+  const Ran r = runBinary({"--version"});
+  EXPECT_EQ(r.code, 0) << r.output;
+  const run::BuildInfo b = run::buildInfo();
+  EXPECT_NE(r.output.find(std::string("(commit ") + b.commit + (b.dirty ? ", dirty tree)" : ")")), std::string::npos)
+      << r.output;
 }
 
 TEST(CommandLine, FlagsAnywhereInEveryFormGiveTheCommandAndItsArguments) {
