@@ -315,10 +315,11 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
       std::fprintf(stderr, "chaosbed run: push to %s: %s\n", gateway.c_str(), s.toString().c_str());
   }
   if (out)
-    std::fprintf(out, "\n%s%s%s%s%s\nresults: %s\n%s%s%s",
+    std::fprintf(out, "\n%s%s%s%s%s%s\nresults: %s\n%s%s%s",
                  comparisonTable(outcome.results, spec.training.target_accuracy).c_str(),
                  spec.workload.emulate.enabled() ? (emulationNote(spec) + "\n").c_str() : "",
                  emulationWarnings(outcome.results).c_str(), bottleneckWarnings(outcome.results).c_str(),
+                 resolutionWarnings(outcome.results).c_str(),
                  spec.cluster.simulate ? (std::string(kSimulatedNote) + "\n").c_str() : "",
                  dir.c_str(), report_written.isOk() ? "report:  " : "", report_written.isOk() ? dir.c_str() : "",
                  report_written.isOk() ? "/report.html\n" : "");

@@ -252,6 +252,22 @@ std::string bottleneckWarnings(const std::vector<StrategyResult>& results) {
   return out;
 }
 
+std::string resolutionWarnings(const std::vector<StrategyResult>& results) {
+  std::string out;
+  char line[400];
+  for (const StrategyResult& r : results) {
+    if (!r.tta_sustained_seconds || *r.tta_sustained_seconds <= 0 || r.tta_resolution_s <= 0) continue;
+    const double share = r.tta_resolution_s / *r.tta_sustained_seconds;
+    if (share <= kTtaResolutionLimit) continue;
+    std::snprintf(line, sizeof line,
+                  "warning: %s's TTA (%.2f s) is known only to %.2f s, %.0f%% of it (more than %.0f%%): evaluations "
+                  "are that far apart; a smaller training.eval_interval_s or eval_interval_steps gives a finer one\n",
+                  r.label.c_str(), *r.tta_sustained_seconds, r.tta_resolution_s, 100 * share, 100 * kTtaResolutionLimit);
+    out += line;
+  }
+  return out;
+}
+
 double StrategyResult::goodputSamplesPerSecond() const {
   return wall_seconds > 0 ? double(workers.samples - samplesLost()) / wall_seconds : 0;
 }
@@ -316,6 +332,9 @@ nlohmann::json StrategyResult::toJson() const {
                       {"reached_target", tta_seconds.has_value()},
                       {"tta_sustained_seconds", tta_sustained_seconds ? nlohmann::json(*tta_sustained_seconds) : nlohmann::json(nullptr)},
                       {"tta_resolution_s", tta_resolution_s},
+                      {"tta_resolution_fraction", tta_sustained_seconds && *tta_sustained_seconds > 0
+                                                      ? nlohmann::json(tta_resolution_s / *tta_sustained_seconds)
+                                                      : nlohmann::json(nullptr)},
                       {"tta_resolution_steps", tta_resolution_steps ? nlohmann::json(*tta_resolution_steps) : nlohmann::json(nullptr)},
                       {"final_accuracy", final_accuracy},
                       {"final_loss", final_loss},

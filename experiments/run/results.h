@@ -64,6 +64,12 @@ std::optional<StrategyResult::Bottleneck> diagnoseBottleneck(const std::string& 
                                                              const std::map<std::string, NodeStats>& by_node);
 // One warning line per strategy with a bottleneck ("" when none has one); summary.json has "bottleneck".
 std::string bottleneckWarnings(const std::vector<StrategyResult>& results);
+// How late a TTA can be, as a share of it, past which a run says so: a 1 s evaluation interval against a
+// 10 s TTA decides ratios by the tick.
+inline constexpr double kTtaResolutionLimit = 0.02;
+// One warning line per strategy whose sustained TTA is known only to more than kTtaResolutionLimit of itself
+// (tta_resolution_s / tta_sustained_seconds); summary.json has it as tta_resolution_fraction.
+std::string resolutionWarnings(const std::vector<StrategyResult>& results);
 // What every report of a cluster.simulate run says: nothing was trained.
 inline constexpr const char* kSimulatedNote =
     "simulated nodes (cluster.simulate): the nodes exercised the control plane only and trained nothing; "

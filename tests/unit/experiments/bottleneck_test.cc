@@ -37,6 +37,25 @@ TEST(Bottleneck, TheShardTheWorkersWaitedForIsNamedWithWhatItDid) {
   EXPECT_EQ(r.toJson()["bottleneck"]["node"], "ps-1");
 }
 
+// A TTA known only to its evaluation interval: 1 s against 10 s is 10%, past the 2% a run keeps quiet about.
+TEST(TtaResolution, ARunSaysWhenItsTtaIsKnownOnlyCoarselyAndSummaryJsonHasTheShare) {
+  StrategyResult coarse, fine, unreached;
+  coarse.label = "mirrored";
+  coarse.tta_sustained_seconds = 10;
+  coarse.tta_resolution_s = 1;
+  fine.label = "parameter_server";
+  fine.tta_sustained_seconds = 10;
+  fine.tta_resolution_s = 0.15;
+  unreached.label = "mirrored_elastic";
+  unreached.tta_resolution_s = 1;
+  const std::string w = resolutionWarnings({coarse, fine, unreached});
+  EXPECT_NE(w.find("mirrored's TTA (10.00 s) is known only to 1.00 s, 10% of it"), std::string::npos) << w;
+  EXPECT_EQ(w.find("parameter_server"), std::string::npos) << "1.5% is fine: " << w;
+  EXPECT_EQ(w.find("mirrored_elastic"), std::string::npos) << "no TTA, no resolution to speak of: " << w;
+  EXPECT_DOUBLE_EQ(coarse.toJson()["tta_resolution_fraction"].get<double>(), 0.1);
+  EXPECT_TRUE(unreached.toJson()["tta_resolution_fraction"].is_null());
+}
+
 TEST(Bottleneck, MirroredNamesTheWorkerTheOthersWaitedForAndHalfIsNotEnough) {
   std::map<std::string, NodeStats> slow_one = {
       {"worker-0", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kIdlePeer, 8}})},
