@@ -316,13 +316,14 @@ TtaStats ttaStats(const std::vector<std::optional<double>>& ttas, double time_li
   double sum = 0;
   for (double x : v) sum += x;
   s.mean = sum / double(v.size());
-  double log_sum = 0;
-  for (double x : v) log_sum += std::log(std::max(x, 1e-9));
-  const double log_mean = log_sum / double(v.size());
+  std::vector<double> logs;
+  for (double x : v) logs.push_back(std::log(std::max(x, 1e-9)));
+  double log_mean = 0;
+  for (double l : logs) log_mean += l / double(logs.size());
   s.geomean = s.ci_low = s.ci_high = std::exp(log_mean);
   if (v.size() >= 2) {
     double ss = 0;
-    for (double x : v) ss += (std::log(std::max(x, 1e-9)) - log_mean) * (std::log(std::max(x, 1e-9)) - log_mean);
+    for (double l : logs) ss += (l - log_mean) * (l - log_mean);
     const double half = tQuantile95(int(v.size()) - 1) * std::sqrt(ss / double(v.size() - 1)) / std::sqrt(double(v.size()));
     s.ci_low = std::exp(log_mean - half);
     s.ci_high = std::exp(log_mean + half);

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/config/config.h"
 #include "experiments/run/results.h"
@@ -36,20 +35,12 @@ std::optional<double> sustainedTta(const std::string& dir, const std::string& la
 
 }  // namespace
 
-std::vector<spec::Recipe> recipeGrid(const spec::Recipe& base, const TuneOptions& o) {
-  std::vector<double> lrs = o.learning_rates, moms = o.momenta;
-  if (lrs.empty())
-    for (double f : {0.25, 0.5, 1.0, 2.0}) lrs.push_back(base.learning_rate * f);
-  if (moms.empty()) moms = {0.0, 0.5, 0.9};
-  std::vector<spec::Recipe> grid;
-  for (double lr : lrs)
-    for (double m : moms) {
-      spec::Recipe r = base;
-      r.learning_rate = lr;
-      r.momentum = m;
-      grid.push_back(r);
-    }
-  return grid;
+GridAxes gridAxes(const spec::Recipe& base, const TuneOptions& o) {
+  GridAxes g{o.learning_rates, o.momenta};
+  if (g.learning_rates.empty())
+    for (double f : {0.25, 0.5, 1.0, 2.0}) g.learning_rates.push_back(base.learning_rate * f);
+  if (g.momenta.empty()) g.momenta = {0.0, 0.5, 0.9};
+  return g;
 }
 
 std::vector<int> shardGrid(const spec::StrategySpec& strategy, const TuneOptions& options) {
@@ -82,15 +73,14 @@ size_t lowestScore(const std::vector<RecipeScore>& recipes) {
 }
 
 double scoreNoise(const RecipeScore& r) {
-  std::vector<double> v;
-  for (const auto& t : r.ttas) v.push_back(t.value_or(0));
+  // The standard error of the seeds' TTAs, when every seed reached the target (a censored one has no spread).
+  const size_t n = r.ttas.size();
   double se = 0;
-  if (std::count_if(r.ttas.begin(), r.ttas.end(), [](const auto& t) { return t.has_value(); }) == int(v.size()) &&
-      v.size() >= 2) {
+  if (n >= 2 && std::all_of(r.ttas.begin(), r.ttas.end(), [](const auto& t) { return t.has_value(); })) {
     double mean = 0, ss = 0;
-    for (double x : v) mean += x / double(v.size());
-    for (double x : v) ss += (x - mean) * (x - mean);
-    se = std::sqrt(ss / double(v.size() - 1) / double(v.size()));
+    for (const auto& t : r.ttas) mean += *t / double(n);
+    for (const auto& t : r.ttas) ss += (*t - mean) * (*t - mean);
+    se = std::sqrt(ss / double(n - 1) / double(n));
   }
   return std::max(se, 0.01 * r.score);
 }
@@ -129,17 +119,15 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
   std::ostringstream csv;
   csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards\n";
   size_t total = 0, done = 0;
-  for (const auto& st : base.strategies)
-    total += recipeGrid(st.recipe, options).size() * shardGrid(st, options).size() * seeds.size();
+  for (const auto& st : base.strategies) {
+    const GridAxes g = gridAxes(st.recipe, options);
+    total += g.learning_rates.size() * g.momenta.size() * shardGrid(st, options).size() * seeds.size();
+  }
   for (const spec::StrategySpec& st : base.strategies) {
     StrategyTuning tuning;
     tuning.label = st.label;
     const bool shards_tuned = st.kind == spec::StrategyKind::kParameterServer && !options.shards.empty();
-    std::vector<double> lrs, moms;  // the grid's axes, grown past an edge the winner is on
-    for (const spec::Recipe& r : recipeGrid(st.recipe, options)) {
-      if (std::find(lrs.begin(), lrs.end(), r.learning_rate) == lrs.end()) lrs.push_back(r.learning_rate);
-      if (std::find(moms.begin(), moms.end(), r.momentum) == moms.end()) moms.push_back(r.momentum);
-    }
+    auto [lrs, moms] = gridAxes(st.recipe, options);  // grown past an edge the winner is on
     std::set<std::tuple<double, double, int>> scored;
     for (;;) {
       for (double lr : lrs)

@@ -63,8 +63,11 @@ struct TuneOutcome {
   int ran = 0, resumed = 0, failed = 0;
 };
 
-// The grid's recipes for a strategy: its own recipe with every (learning_rate, momentum) of the options.
-std::vector<spec::Recipe> recipeGrid(const spec::Recipe& base, const TuneOptions& options);
+// The grid's axes for a strategy, before any growth: the options' learning rates and momenta, or the defaults.
+struct GridAxes {
+  std::vector<double> learning_rates, momenta;
+};
+GridAxes gridAxes(const spec::Recipe& base, const TuneOptions& options);
 // The shard counts tried for a strategy: --tune_shards for a parameter server, else its own.
 std::vector<int> shardGrid(const spec::StrategySpec& strategy, const TuneOptions& options);
 // The spec of one tuning run: only `label`, with `recipe` and `shards`, no chaos, no sweep, that seed.

@@ -40,6 +40,7 @@ TEST(TuneGrid, ShardsAreAnAxisOfTheParameterServerOnly) {
 
 // A fake run: writes a complete summary whose sustained TTA is `tta(recipe, seed)`, and counts the seeds seen.
 struct FakeRuns {
+  explicit FakeRuns(std::function<double(const spec::Recipe&, int64_t)> f) : tta(std::move(f)) {}
   std::function<double(const spec::Recipe&, int64_t)> tta;
   std::set<int64_t> seeds;
   int runs = 0;
