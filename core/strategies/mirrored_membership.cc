@@ -25,6 +25,9 @@ Status MirroredWorker::joinFirst(bool& stopped) {
   const auto join_started = SteadyClock::now();
   const int incarnation = ctx_.control.incarnation();
   const bool replacement = incarnation > 0;
+  // A join cut short (the run stopped while it waited, or an error) is booked too: a replacement that started
+  // as the run ended left its whole wait unattributed (2.3% of its wall, a resilience test's residual bound).
+  Accounting::Frame joining(ctx_.accounting, replacement ? TimeCategory::kIdleRecovery : TimeCategory::kIdlePeer);
   const auto names_me = [&](const Membership& g) { return g.incarnationOf(me_) == incarnation; };
   auto published = ctx_.control.store().contains(ctx_.control.key("membership/0"));
   if (!published.isOk()) return published.status().withContext("mirrored: reading the membership");
