@@ -29,6 +29,7 @@
 #include <initializer_list>
 #include <mutex>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -137,19 +138,24 @@ class Accounting {
   // ticks, or before a booking, is time the process was frozen, unless the kernel counted it as waiting for
   // a CPU; each tick books the quota's throttling since the last).
   void start();
-  // The role has returned: freezes the wall clock and books to `unattributed` whatever part of it nothing
-  // booked; later snapshots are final reports (the residual is judged on those: a report a killed process
-  // sent last may miss an interval still in progress).
+  // The role's work is done (a role calls it after its last frame, before its objects are torn down; the
+  // node again once the role returned, a no-op then): freezes the wall clock and books to `unattributed`
+  // whatever part of it nothing booked, logging the longest gaps between bookings (gaps()) when that is
+  // over half a percent; later snapshots are final reports (the residual is judged on those: a report a
+  // killed process sent last may miss an interval still in progress).
   void finish();
   static constexpr std::chrono::milliseconds kTick{20};
   static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
 
   // Books an interval of `seconds` that ends now, less the paused and throttled time inside it.
-  void add(TimeCategory category, double seconds) { add({{category, seconds}}); }
+  void add(TimeCategory category, double seconds, std::source_location where = std::source_location::current()) {
+    add({{category, seconds}}, where);
+  }
   // Books consecutive intervals that together end now, in the order given, each less the paused and
   // throttled time inside it. One add() per part would take that time out of the same last seconds again
   // for each part (and leave it unattributed).
-  void add(std::initializer_list<std::pair<TimeCategory, double>> parts);
+  void add(std::initializer_list<std::pair<TimeCategory, double>> parts,
+           std::source_location where = std::source_location::current());
   void step(int64_t samples, double step_seconds);
   void epoch(int64_t epoch);
   void rollback(int64_t samples_lost);
@@ -164,14 +170,16 @@ class Accounting {
   // Measures a scope: `{ Accounting::Timer t(acct, TimeCategory::kCompute); ... }`.
   class Timer {
    public:
-    Timer(Accounting& a, TimeCategory c) : a_(a), c_(c), start_(std::chrono::steady_clock::now()) {}
-    ~Timer() { a_.add(c_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
+    Timer(Accounting& a, TimeCategory c, std::source_location where = std::source_location::current())
+        : a_(a), c_(c), where_(where), start_(std::chrono::steady_clock::now()) {}
+    ~Timer() { a_.add(c_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(), where_); }
     Timer(const Timer&) = delete;
     Timer& operator=(const Timer&) = delete;
 
    private:
     Accounting& a_;
     TimeCategory c_;
+    std::source_location where_;
     std::chrono::steady_clock::time_point start_;
   };
 
@@ -180,7 +188,7 @@ class Accounting {
   // `{ Accounting::Frame f(acct, TimeCategory::kCompute); ...Timers and add()s... }`. Frames nest.
   class Frame {
    public:
-    Frame(Accounting& a, TimeCategory c);
+    Frame(Accounting& a, TimeCategory c, std::source_location where = std::source_location::current());
     ~Frame();
     Frame(const Frame&) = delete;
     Frame& operator=(const Frame&) = delete;
@@ -188,9 +196,19 @@ class Accounting {
    private:
     Accounting& a_;
     TimeCategory c_;
+    std::source_location where_;
     std::chrono::steady_clock::time_point start_;
     double booked_at_start_;
   };
+
+  // The longest spans of the wall that no frame, timer or add() covered, each between the bookings that
+  // bound it ("file:line", or "start"/"finish"), longest first: where unattributed time comes from.
+  struct Gap {
+    double seconds = 0;
+    double at = 0;  // seconds after start()
+    std::string after, before;
+  };
+  std::vector<Gap> gaps() const;
 
   // For tests: records a freeze from `from` to `to` as the watch would have seen it.
   void notePause(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to);
@@ -221,6 +239,19 @@ class Accounting {
     TimeCategory category;  // kThrottled windows tile time from one reading to the next, in order
   };
   std::deque<Interruption> interruptions_ CHAOSBED_GUARDED_BY(mu_);
+  // Coverage by the outermost bookings (frames nest; a timer or add() inside a frame is covered by it), to
+  // find the gaps between them. Frames and top-level bookings come from the role's thread.
+  void coverLocked(Clock::time_point from, Clock::time_point to, const std::source_location& where)
+      CHAOSBED_REQUIRES(mu_);
+  struct RawGap {
+    Clock::time_point from, to;
+    std::source_location after, before;  // a default location (line 0): start() or finish()
+  };
+  int open_frames_ CHAOSBED_GUARDED_BY(mu_) = 0;
+  Clock::time_point covered_to_ CHAOSBED_GUARDED_BY(mu_);
+  std::source_location covered_by_ CHAOSBED_GUARDED_BY(mu_);
+  std::vector<RawGap> gaps_ CHAOSBED_GUARDED_BY(mu_);  // the longest kGapsKept, longest first
+  static constexpr size_t kGapsKept = 3;
   CpuWait cpu_ CHAOSBED_GUARDED_BY(mu_);  // the watch thread's (opened by it)
   CpuWait::Reading cpu_last_ CHAOSBED_GUARDED_BY(mu_);
   Clock::time_point cpu_read_at_ CHAOSBED_GUARDED_BY(mu_);

@@ -312,13 +312,14 @@ Result<MirroredOutcome> MirroredWorker::run() {
   if (!joined.isOk() && !stopped) return joined;
   const bool backup = ctx_.strategy.backup_workers > 0;
   while (!stopped) {
+    // A step's own bookkeeping (batches, headers, snapshots, the loop's tests) is compute: the iteration adds
+    // up to its wall time, and every instant between two iterations is booked.
+    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);
     if (ctx_.config.max_steps > 0 && progress_.step >= ctx_.config.max_steps) break;
     if (static_cast<int64_t>(train_.size()) < static_cast<int64_t>(bpw_) * comm_.size())
       return Status::invalidArgument("mirrored: the training set (" + std::to_string(train_.size()) +
                                      " samples) is smaller than one global batch (" + std::to_string(comm_.size()) +
                                      " x " + std::to_string(bpw_) + ")");
-    // A step's own bookkeeping (batches, headers, snapshots) is compute: the iteration adds up to its wall time.
-    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);
     StepOutcome out;
     Status s = backup && comm_.size() > 1 ? backupStep(out) : step(out);
     if (!s.isOk()) {
@@ -373,13 +374,18 @@ Result<MirroredOutcome> MirroredWorker::run() {
     cancelPending();
   }
   MirroredOutcome outcome;
-  auto params = model_->parameters();
-  auto velocity = sgd_->velocity();
-  outcome.parameters.assign(params.begin(), params.end());
-  outcome.velocity.assign(velocity.begin(), velocity.end());
-  outcome.step = progress_.step;
-  outcome.generation = membership_.generation;
-  outcome.left_on_notice = left_on_notice_;
+  {
+    // Copying out the model (2 MB for the default MLP) is the worker's own compute.
+    Accounting::Frame handing_over(ctx_.accounting, TimeCategory::kCompute);
+    auto params = model_->parameters();
+    auto velocity = sgd_->velocity();
+    outcome.parameters.assign(params.begin(), params.end());
+    outcome.velocity.assign(velocity.begin(), velocity.end());
+    outcome.step = progress_.step;
+    outcome.generation = membership_.generation;
+    outcome.left_on_notice = left_on_notice_;
+  }
+  ctx_.accounting.finish();  // the role's work is done; tearing its objects down is not part of it
   return outcome;
 }
 

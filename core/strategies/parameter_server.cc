@@ -522,19 +522,22 @@ void PsServer::onNotice() {
 
 Status PsServer::run() {
   {
-    // Restoring the shard is a replacement's recovery; a first server's start-up is its own compute.
+    // Restoring the shard is a replacement's recovery; a first server's start-up (and its receive buffers:
+    // 10 ms of page faults for 4 workers' 0.9 MB requests) is its own compute.
     Accounting::Frame starting(ctx_.accounting, ctx_.setUpCategory());
     CHAOSBED_RETURN_IF_ERROR(restore());
+    next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                                std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
+    for (int w = 0; w < ctx_.workers; ++w) {
+      receives_.push_back({std::vector<std::byte>(sizeof(PsRequestHeader) + range_.count * sizeof(float)), nullptr});
+      postReceive(receives_.back());
+    }
   }
-  next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
-                                              std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
-  for (int w = 0; w < ctx_.workers; ++w) {
-    receives_.push_back({std::vector<std::byte>(sizeof(PsRequestHeader) + range_.count * sizeof(float)), nullptr});
-    postReceive(receives_.back());
-  }
-  while (!ctx_.control.stopRequested()) {
-    // Waiting in progress() for the workers' requests is peer idle; handling them books itself.
+  for (;;) {
+    // Waiting in progress() for the workers' requests is peer idle; handling them books itself. The frame
+    // holds the loop's test too: every instant between two iterations is booked.
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kIdlePeer);
+    if (ctx_.control.stopRequested()) break;
     // A receive posted while other workers' requests wait in UCX's unexpected queue completes inside irecv(),
     // before progress() starts counting completions: progress() would sleep through it (every request after
     // the first waited out its epoll slice, and two workers made 1% of one worker's pushes). Wait only when
@@ -696,8 +699,9 @@ Status PsWorker::awaitServer(const Status& why) {
 Status PsWorker::run() {
   const bool replacement = ctx_.control.incarnation() > 0;
   if (replacement) recovering_since_ = ctx_.control.elapsed();
-  // The first pull: the model as the servers hold it.
+  // The first pull: the model as the servers hold it (the end of the set-up; the pull books its own wait).
   for (;;) {
+    Accounting::Frame pulling(ctx_.accounting, ctx_.setUpCategory());
     if (timeUp(ctx_)) return Status::ok();
     Status s = exchange(false, 0);
     if (s.isOk()) break;
@@ -706,12 +710,14 @@ Status PsWorker::run() {
   }
   data::Batch batch;
   int64_t steps = 0;
-  while (!timeUp(ctx_) && (ctx_.config.max_steps == 0 || steps < ctx_.config.max_steps)) {
+  for (;;) {
+    // The step's own bookkeeping, the loop's tests included: every instant between two steps is booked.
+    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);
+    if (timeUp(ctx_) || (ctx_.config.max_steps > 0 && steps >= ctx_.config.max_steps)) break;
     if (ctx_.strategy.checkpoint_on_notice && ctx_.noticeReceived()) {
       ctx_.control.recordEvent("left_on_notice", {{"step", steps}});
       break;
     }
-    Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);  // the step's own bookkeeping
     const auto step_start = SteadyClock::now();
     {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
@@ -757,7 +763,8 @@ std::vector<ShardRange> shardRanges(size_t params, int shards) {
 Status runPsServer(NodeContext& ctx) {
   const int shard = ctx.rank - ctx.workers;
   if (shard < 0 || shard >= ctx.servers) return Status::invalidArgument("rank " + std::to_string(ctx.rank) + " is not a server");
-  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory());
+  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory(),
+                                              std::source_location::current());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, makeModel(ctx.config, 1));
   const ShardRange range = shardRanges(model->numParameters(), ctx.servers)[size_t(shard)];
   SgdOptions o;
@@ -769,13 +776,16 @@ Status runPsServer(NodeContext& ctx) {
                             model->parameters().begin() + long(range.offset + range.count));
   PsServer server(ctx, shard, range, std::move(sgd), std::move(params));
   setting_up.reset();
-  return server.run();
+  Status served = server.run();
+  ctx.accounting.finish();  // the role's work is done; tearing its objects down is not part of it
+  return served;
 }
 
 Status runPsWorker(NodeContext& ctx) {
   if (!ctx.data) return Status::invalidArgument("ps worker: no training set loaded");
   if (ctx.servers < 1) return Status::invalidArgument("parameter_server needs at least one server");
-  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory());
+  std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory(),
+                                              std::source_location::current());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
                             makeModel(ctx.config, size_t(ctx.config.batch_per_worker)));
   auto ranges = shardRanges(model->numParameters(), ctx.servers);
@@ -789,7 +799,9 @@ Status runPsWorker(NodeContext& ctx) {
                             EmulatedAccelerator::create(ctx, model->realParameters(), /*allreduce=*/false));
   PsWorker worker(ctx, std::move(model), std::move(ranges), std::move(batches), std::move(accelerator));
   setting_up.reset();
-  return worker.run();
+  Status trained = worker.run();
+  ctx.accounting.finish();  // the role's work is done; tearing its objects down is not part of it
+  return trained;
 }
 
 }  // namespace chaosbed

@@ -504,7 +504,9 @@ TEST(RunExperiment, TwoHundredSixtySimulatedNodesAttachToOneController) {
         if (e.value("incarnation", 0) > 0) replacements.insert(e.value("node", ""));
       }
       EXPECT_NE(type, "node.lost") << "a node paused for 2 s was declared lost: " << e.dump();
-      if (type == "node.exited") EXPECT_TRUE(e.value("by_chaos", false)) << e.dump();
+      if (type == "node.exited") {
+        EXPECT_TRUE(e.value("by_chaos", false)) << e.dump();
+      }
     }
     const size_t nodes = std::string(label) == "mirrored" ? 257 : 261;
     EXPECT_EQ(reporting.size(), nodes) << "not every node was heard from";

@@ -222,7 +222,9 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
     EXPECT_EQ(hosts["worker-3"], "10.200.0.5");
     // The placement puts ps-0 beside worker-2; round-robin over the rest puts the evaluator beside worker-0.
     EXPECT_EQ(hosts["evaluator-0"], hosts["worker-0"]) << "round-robin: the node after the workers shares the first host";
-    if (std::string(label) == "parameter_server") EXPECT_EQ(hosts["ps-0"], "10.200.0.4");
+    if (std::string(label) == "parameter_server") {
+    EXPECT_EQ(hosts["ps-0"], "10.200.0.4");
+  }
     EXPECT_EQ(s["faults_applied"].get<int>(), 8) << "the kill, the pause and three link faults on both their ends";
   }
   // Who carried out each link fault: the kernel for the cap and the partition, the shapers for the latency.

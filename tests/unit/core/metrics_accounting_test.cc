@@ -104,6 +104,40 @@ TEST(Accounting, FinishBooksTheUnbookedRestOfTheWallAsUnattributed) {
 // A process that waits for a CPU is not paused: real-time threads, one per core, keep the watch off every
 // CPU for most of a second at a time (the kernel's real-time throttling leaves the rest 5% of each second),
 // which a gap alone would book as a freeze. The kernel counts it as run queue delay: nothing was frozen, so
+
+// Unattributed time says where it came from: the spans between the outermost bookings that bound it, by
+// source line, longest first. Bookings inside a frame are covered by it and bound no gap.
+TEST(Accounting, GapsNameTheBookingsAroundTheUnbookedTimeLongestFirst) {
+  Accounting a;
+  a.start();
+  const int first_line = __LINE__ + 1;
+  { Accounting::Frame f(a, TimeCategory::kCompute); }
+  std::this_thread::sleep_for(30ms);  // unbooked time passing is the input here
+  {
+    const int second_line = __LINE__ + 1;
+    Accounting::Frame f(a, TimeCategory::kCompute);
+    a.add(TimeCategory::kTransfer, 0.0);  // inside the frame: no gap of its own
+    std::this_thread::sleep_for(5ms);
+    const std::vector<Accounting::Gap> before_finish = a.gaps();
+    ASSERT_FALSE(before_finish.empty());
+    EXPECT_GE(before_finish[0].seconds, 0.03);
+    EXPECT_EQ(before_finish[0].after, "core/metrics_accounting_test.cc:" + std::to_string(first_line));
+    EXPECT_EQ(before_finish[0].before, "core/metrics_accounting_test.cc:" + std::to_string(second_line));
+  }
+  std::this_thread::sleep_for(10ms);
+  a.finish();
+  const std::vector<Accounting::Gap> gaps = a.gaps();
+  ASSERT_GE(gaps.size(), 2u);
+  EXPECT_GE(gaps[0].seconds, 0.03);
+  EXPECT_GE(gaps[1].seconds, 0.01);
+  EXPECT_LT(gaps[1].seconds, gaps[0].seconds);
+  EXPECT_EQ(gaps[1].before, "finish");
+  EXPECT_GT(gaps[1].at, gaps[0].at);
+  double gapped = 0;
+  for (const Accounting::Gap& g : gaps) gapped += g.seconds;
+  // Every unattributed instant lies in a gap (the kept ones are the longest three of the few here).
+  EXPECT_NEAR(a.snapshot().seconds[int(TimeCategory::kUnattributed)], gapped, 1e-4);
+}
 // nothing is paused.
 TEST(Accounting, AProcessStarvedOfCpuIsNotPaused) {
   const pid_t child = ::fork();
