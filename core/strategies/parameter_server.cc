@@ -140,19 +140,25 @@ class PsServer {
   const ShardRange range_;
   Sgd sgd_;
   std::vector<float> params_;
-  // Requests land in a pool of receives, one per worker, all posted at once and served in the order they were
-  // posted (UCX matches arriving messages to posted receives in that order): while one request is applied, the
-  // others' rendezvous transfers go on. With one receive, every other request waited unmatched until the
-  // server came back for it, and its transfer only began then.
+  // One receive per worker, posted for that worker alone and posted again as soon as it is served: while one
+  // request is applied, the others' rendezvous transfers go on. Never a wildcard: when a worker dies, the
+  // transport cannot tell which pending wildcard receive its message had matched and aborts every one still
+  // moving data, so a live worker's request was dropped with the dead one's and that worker waited for a
+  // reply that never came (two of four workers stuck for the rest of the run, the others' pushes at half
+  // speed). A dead worker's receive fails with it; its successor's is posted once it is reached (a first
+  // request that comes meanwhile waits in UCX's queue).
   struct Receive {
     std::vector<std::byte> buf;
-    RequestPtr op;
+    RequestPtr op;  // null while the worker's process is down
+    SteadyClock::time_point next_try{};
   };
-  std::deque<Receive> receives_;
-  void postReceive(Receive& r) { r.op = ctx_.transport.irecv(kAnyPeer, kPsRequestTag, r.buf); }
+  std::vector<Receive> receives_;  // by worker
+  size_t next_served_ = 0;         // round robin: the worker served first in the next pass
+  void postReceive(int worker);
   bool anyReceived() const {
-    return std::any_of(receives_.begin(), receives_.end(), [](const Receive& r) { return r.op->isComplete(); });
+    return std::any_of(receives_.begin(), receives_.end(), [](const Receive& r) { return r.op && r.op->isComplete(); });
   }
+  void repostReached();
   void serveReceived();
   int64_t version_ = 0;
   int64_t checkpoint_version_ = 0;
@@ -169,7 +175,7 @@ class PsServer {
   // The reply in flight to each worker: sent without waiting, so the server goes on to the next request while
   // it travels. Its buffer is written again only once it has completed (or been given up).
   std::vector<RequestPtr> reply_ops_;
-  std::vector<std::vector<std::byte>> abandoned_;  // buffers of replies given up mid-way (Request::cancel)
+  std::vector<std::vector<std::byte>> abandoned_;  // buffers of replies and receives given up mid-way (Request::cancel)
   void reapReplies();
   std::deque<Pending> held_;           // replies waiting for the staleness bound / the round
   // The first request of a worker process this server could not reach yet, by worker (retryUnreached).
@@ -278,16 +284,45 @@ void PsServer::reapReplies() {
   }
 }
 
+void PsServer::postReceive(int worker) {
+  Receive& r = receives_[size_t(worker)];
+  // A receive that failed mid-transfer may still be written by the transport: its buffer is left to it.
+  if (r.op && r.op->bufferInUse()) abandoned_.push_back(std::exchange(r.buf, std::vector<std::byte>(r.buf.size())));
+  r.op = ctx_.transport.irecv(worker, kPsRequestTag, r.buf);
+}
+
 void PsServer::serveReceived() {
-  // Served in posting order, each re-posted at the back: the order in which UCX matched them.
-  for (size_t n = receives_.size(); n > 0; --n) {
-    Receive r = std::move(receives_.front());
-    receives_.pop_front();
-    if (r.op->isComplete()) {
-      if (r.op->status().isOk()) onRequest(r.op->source(), std::span(r.buf.data(), r.op->receivedBytes()));
-      postReceive(r);
+  // Every worker with a request gets one served per pass, starting after the last pass's first.
+  const size_t workers = receives_.size();
+  for (size_t n = 0; n < workers; ++n) {
+    const int w = int((next_served_ + n) % workers);
+    Receive& r = receives_[size_t(w)];
+    if (!r.op || !r.op->isComplete()) continue;
+    if (r.op->status().isOk()) {
+      onRequest(w, std::span(r.buf.data(), r.op->receivedBytes()));
+      postReceive(w);
+    } else if (live(w)) {
+      postReceive(w);  // cancelled or refused, the worker still there
+    } else {
+      r.op.reset();  // down: repostReached() posts again once its process (or successor) is reached
+      r.next_try = SteadyClock::now();
     }
-    receives_.push_back(std::move(r));
+  }
+  next_served_ = (next_served_ + 1) % std::max<size_t>(1, workers);
+}
+
+// A worker that was down is reached again through its successor's record, one cheap look per
+// kRetryUnreached, so that serving the others is not held up.
+void PsServer::repostReached() {
+  const auto now = SteadyClock::now();
+  for (int w = 0; w < int(receives_.size()); ++w) {
+    Receive& r = receives_[size_t(w)];
+    if (r.op || now < r.next_try) continue;
+    if (live(w) || ctx_.transport.reconnect(w, now).isOk()) {
+      postReceive(w);
+    } else {
+      r.next_try = now + kRetryUnreached;
+    }
   }
 }
 
@@ -528,9 +563,10 @@ Status PsServer::run() {
     CHAOSBED_RETURN_IF_ERROR(restore());
     next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                                 std::chrono::duration<double>(ctx_.config.checkpoint_interval_s));
+    receives_.resize(size_t(ctx_.workers));
     for (int w = 0; w < ctx_.workers; ++w) {
-      receives_.push_back({std::vector<std::byte>(sizeof(PsRequestHeader) + range_.count * sizeof(float)), nullptr});
-      postReceive(receives_.back());
+      receives_[size_t(w)].buf.resize(sizeof(PsRequestHeader) + range_.count * sizeof(float));
+      postReceive(w);
     }
   }
   for (;;) {
@@ -551,6 +587,7 @@ Status PsServer::run() {
         ctx_.accounting.add(TimeCategory::kTransfer, moved);
     }
     serveReceived();
+    repostReached();
     reapReplies();
     if (uint64_t f = ctx_.transport.failureCount(); f != failures_seen_) {
       failures_seen_ = f;
@@ -565,7 +602,8 @@ Status PsServer::run() {
     // A request already matched is let finish (up to 100 ms each), and replies under way their last bytes:
     // waiting for the workers.
     Accounting::Frame cancelling(ctx_.accounting, TimeCategory::kIdlePeer);
-    for (Receive& r : receives_) r.op->cancel();
+    for (Receive& r : receives_)
+      if (r.op) r.op->cancel();
     const Deadline until = deadlineIn(100ms);
     for (RequestPtr& op : reply_ops_) {
       if (!op) continue;
