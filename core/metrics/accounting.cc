@@ -238,7 +238,7 @@ void Accounting::start() {
   started_ = last_tick_ = covered_to_ = Clock::now();
 }
 
-void Accounting::coverLocked(Clock::time_point from, Clock::time_point to, const std::source_location& where) {
+void Accounting::coverLocked(Clock::time_point from, Clock::time_point to, const SourcePlace& where) {
   if (!started_ || finished_) return;
   if (from > covered_to_) {
     gaps_.push_back({covered_to_, from, covered_by_, where});
@@ -252,13 +252,13 @@ void Accounting::coverLocked(Clock::time_point from, Clock::time_point to, const
 namespace {
 
 // "strategies/mirrored.cc:371": the file's folder and name, or `otherwise` for a default location.
-std::string placeName(const std::source_location& where, const char* otherwise) {
-  if (where.line() == 0) return otherwise;
-  std::string_view file = where.file_name();
+std::string placeName(const SourcePlace& where, const char* otherwise) {
+  if (where.file == nullptr) return otherwise;
+  std::string_view file = where.file;
   size_t cut = file.rfind('/');
   if (cut != std::string_view::npos && cut > 0) cut = file.rfind('/', cut - 1);
   if (cut != std::string_view::npos) file.remove_prefix(cut + 1);
-  return std::string(file) + ":" + std::to_string(where.line());
+  return std::string(file) + ":" + std::to_string(where.line);
 }
 
 }  // namespace
@@ -327,7 +327,7 @@ double Accounting::interruptedWithinLocked(Clock::time_point from, Clock::time_p
   return interrupted;
 }
 
-Accounting::Frame::Frame(Accounting& a, TimeCategory c, std::source_location where)
+Accounting::Frame::Frame(Accounting& a, TimeCategory c, SourcePlace where)
     : a_(a), c_(c), where_(where), start_(Clock::now()) {
   MutexLock lock(a_.mu_);
   if (a_.open_frames_++ == 0) a_.coverLocked(start_, start_, where_);
@@ -354,7 +354,7 @@ void Accounting::notePause(Clock::time_point from, Clock::time_point to) {
   recordInterruptionLocked(TimeCategory::kPaused, from, to, std::chrono::duration<double>(to - from).count());
 }
 
-void Accounting::add(std::initializer_list<std::pair<TimeCategory, double>> parts, std::source_location where) {
+void Accounting::add(std::initializer_list<std::pair<TimeCategory, double>> parts, SourcePlace where) {
   const auto now = Clock::now();
   MutexLock lock(mu_);
   tickLocked(now);  // a freeze that just ended is claimed here if the watch has not run yet
@@ -415,7 +415,7 @@ void Accounting::finish() {
   MutexLock lock(mu_);
   if (!started_ || finished_) return;
   tickLocked(now);
-  coverLocked(now, now, {});
+  coverLocked(now, now, SourcePlace::none());
   finished_ = now;
   const double wall = std::chrono::duration<double>(now - *started_).count();
   const double rest = wall - bookedLocked();

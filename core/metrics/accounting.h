@@ -29,7 +29,6 @@
 #include <initializer_list>
 #include <mutex>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -50,6 +49,16 @@ enum class TimeCategory : uint8_t {
 inline constexpr int kTimeCategories = 9;
 // "compute", "transfer", "checkpoint", "peer", "server", "recovery", "paused", "throttled", "unattributed"
 const char* timeCategoryName(TimeCategory c);
+
+// Where a booking was made: as a default argument, the caller's file and line. (The standard's
+// source_location is not there for clang 14 with libstdc++ 12, which the lock-annotation check builds with.)
+struct SourcePlace {
+  constexpr SourcePlace(const char* at_file = __builtin_FILE(), int at_line = __builtin_LINE())
+      : file(at_file), line(at_line) {}
+  static constexpr SourcePlace none() { return {nullptr, 0}; }  // start() or finish()
+  const char* file;
+  int line;
+};
 
 // Cumulative histogram with fixed upper bounds (Prometheus style: counts[i] = observations <= bounds[i],
 // plus +Inf as the last count).
@@ -148,14 +157,14 @@ class Accounting {
   static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
 
   // Books an interval of `seconds` that ends now, less the paused and throttled time inside it.
-  void add(TimeCategory category, double seconds, std::source_location where = std::source_location::current()) {
+  void add(TimeCategory category, double seconds, SourcePlace where = SourcePlace()) {
     add({{category, seconds}}, where);
   }
   // Books consecutive intervals that together end now, in the order given, each less the paused and
   // throttled time inside it. One add() per part would take that time out of the same last seconds again
   // for each part (and leave it unattributed).
   void add(std::initializer_list<std::pair<TimeCategory, double>> parts,
-           std::source_location where = std::source_location::current());
+           SourcePlace where = SourcePlace());
   void step(int64_t samples, double step_seconds);
   void epoch(int64_t epoch);
   void rollback(int64_t samples_lost);
@@ -170,7 +179,7 @@ class Accounting {
   // Measures a scope: `{ Accounting::Timer t(acct, TimeCategory::kCompute); ... }`.
   class Timer {
    public:
-    Timer(Accounting& a, TimeCategory c, std::source_location where = std::source_location::current())
+    Timer(Accounting& a, TimeCategory c, SourcePlace where = SourcePlace())
         : a_(a), c_(c), where_(where), start_(std::chrono::steady_clock::now()) {}
     ~Timer() { a_.add(c_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(), where_); }
     Timer(const Timer&) = delete;
@@ -179,7 +188,7 @@ class Accounting {
    private:
     Accounting& a_;
     TimeCategory c_;
-    std::source_location where_;
+    SourcePlace where_;
     std::chrono::steady_clock::time_point start_;
   };
 
@@ -188,7 +197,7 @@ class Accounting {
   // `{ Accounting::Frame f(acct, TimeCategory::kCompute); ...Timers and add()s... }`. Frames nest.
   class Frame {
    public:
-    Frame(Accounting& a, TimeCategory c, std::source_location where = std::source_location::current());
+    Frame(Accounting& a, TimeCategory c, SourcePlace where = SourcePlace());
     ~Frame();
     Frame(const Frame&) = delete;
     Frame& operator=(const Frame&) = delete;
@@ -196,7 +205,7 @@ class Accounting {
    private:
     Accounting& a_;
     TimeCategory c_;
-    std::source_location where_;
+    SourcePlace where_;
     std::chrono::steady_clock::time_point start_;
     double booked_at_start_;
   };
@@ -241,15 +250,15 @@ class Accounting {
   std::deque<Interruption> interruptions_ CHAOSBED_GUARDED_BY(mu_);
   // Coverage by the outermost bookings (frames nest; a timer or add() inside a frame is covered by it), to
   // find the gaps between them. Frames and top-level bookings come from the role's thread.
-  void coverLocked(Clock::time_point from, Clock::time_point to, const std::source_location& where)
+  void coverLocked(Clock::time_point from, Clock::time_point to, const SourcePlace& where)
       CHAOSBED_REQUIRES(mu_);
   struct RawGap {
     Clock::time_point from, to;
-    std::source_location after, before;  // a default location (line 0): start() or finish()
+    SourcePlace after, before;  // SourcePlace::none(): start() or finish()
   };
   int open_frames_ CHAOSBED_GUARDED_BY(mu_) = 0;
   Clock::time_point covered_to_ CHAOSBED_GUARDED_BY(mu_);
-  std::source_location covered_by_ CHAOSBED_GUARDED_BY(mu_);
+  SourcePlace covered_by_ CHAOSBED_GUARDED_BY(mu_) = SourcePlace::none();
   std::vector<RawGap> gaps_ CHAOSBED_GUARDED_BY(mu_);  // the longest kGapsKept, longest first
   static constexpr size_t kGapsKept = 3;
   CpuWait cpu_ CHAOSBED_GUARDED_BY(mu_);  // the watch thread's (opened by it)

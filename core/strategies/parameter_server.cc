@@ -802,7 +802,7 @@ Status runPsServer(NodeContext& ctx) {
   const int shard = ctx.rank - ctx.workers;
   if (shard < 0 || shard >= ctx.servers) return Status::invalidArgument("rank " + std::to_string(ctx.rank) + " is not a server");
   std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory(),
-                                              std::source_location::current());
+                                              SourcePlace());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, makeModel(ctx.config, 1));
   const ShardRange range = shardRanges(model->numParameters(), ctx.servers)[size_t(shard)];
   SgdOptions o;
@@ -823,7 +823,7 @@ Status runPsWorker(NodeContext& ctx) {
   if (!ctx.data) return Status::invalidArgument("ps worker: no training set loaded");
   if (ctx.servers < 1) return Status::invalidArgument("parameter_server needs at least one server");
   std::optional<Accounting::Frame> setting_up(std::in_place, ctx.accounting, ctx.setUpCategory(),
-                                              std::source_location::current());
+                                              SourcePlace());
   CHAOSBED_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
                             makeModel(ctx.config, size_t(ctx.config.batch_per_worker)));
   auto ranges = shardRanges(model->numParameters(), ctx.servers);

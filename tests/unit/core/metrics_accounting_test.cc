@@ -101,43 +101,50 @@ TEST(Accounting, FinishBooksTheUnbookedRestOfTheWallAsUnattributed) {
   EXPECT_GT(t.residualFraction(), 1.0);
 }
 
-// A process that waits for a CPU is not paused: real-time threads, one per core, keep the watch off every
-// CPU for most of a second at a time (the kernel's real-time throttling leaves the rest 5% of each second),
-// which a gap alone would book as a freeze. The kernel counts it as run queue delay: nothing was frozen, so
-
 // Unattributed time says where it came from: the spans between the outermost bookings that bound it, by
 // source line, longest first. Bookings inside a frame are covered by it and bound no gap.
 TEST(Accounting, GapsNameTheBookingsAroundTheUnbookedTimeLongestFirst) {
+  const std::string here = "core/metrics_accounting_test.cc:";
   Accounting a;
   a.start();
   const int first_line = __LINE__ + 1;
   { Accounting::Frame f(a, TimeCategory::kCompute); }
   std::this_thread::sleep_for(30ms);  // unbooked time passing is the input here
+  const int second_line = __LINE__ + 2;
   {
-    const int second_line = __LINE__ + 1;
     Accounting::Frame f(a, TimeCategory::kCompute);
     a.add(TimeCategory::kTransfer, 0.0);  // inside the frame: no gap of its own
-    std::this_thread::sleep_for(5ms);
-    const std::vector<Accounting::Gap> before_finish = a.gaps();
-    ASSERT_FALSE(before_finish.empty());
-    EXPECT_GE(before_finish[0].seconds, 0.03);
-    EXPECT_EQ(before_finish[0].after, "core/metrics_accounting_test.cc:" + std::to_string(first_line));
-    EXPECT_EQ(before_finish[0].before, "core/metrics_accounting_test.cc:" + std::to_string(second_line));
   }
   std::this_thread::sleep_for(10ms);
   a.finish();
   const std::vector<Accounting::Gap> gaps = a.gaps();
+  // At most three gaps here (before the first frame, between the frames, before finish()): all are kept.
   ASSERT_GE(gaps.size(), 2u);
-  EXPECT_GE(gaps[0].seconds, 0.03);
-  EXPECT_GE(gaps[1].seconds, 0.01);
-  EXPECT_LT(gaps[1].seconds, gaps[0].seconds);
-  EXPECT_EQ(gaps[1].before, "finish");
-  EXPECT_GT(gaps[1].at, gaps[0].at);
   double gapped = 0;
-  for (const Accounting::Gap& g : gaps) gapped += g.seconds;
-  // Every unattributed instant lies in a gap (the kept ones are the longest three of the few here).
-  EXPECT_NEAR(a.snapshot().seconds[int(TimeCategory::kUnattributed)], gapped, 1e-4);
+  const Accounting::Gap *between = nullptr, *last = nullptr;
+  for (size_t i = 0; i < gaps.size(); ++i) {
+    if (i > 0) {
+      EXPECT_GE(gaps[i - 1].seconds, gaps[i].seconds) << "longest first";
+    }
+    gapped += gaps[i].seconds;
+    if (gaps[i].after == here + std::to_string(first_line)) between = &gaps[i];
+    if (gaps[i].before == "finish") last = &gaps[i];
+  }
+  ASSERT_NE(between, nullptr) << "no gap after line " << first_line;
+  EXPECT_EQ(between->before, here + std::to_string(second_line));
+  EXPECT_GE(between->seconds, 0.03);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->after, here + std::to_string(second_line));
+  EXPECT_GE(last->seconds, 0.01);
+  EXPECT_GT(last->at, between->at);
+  // Every unattributed instant lies in a gap (a gap may also hold time booked as paused or throttled: a
+  // loaded machine that kept the watch off the CPU).
+  EXPECT_LE(a.snapshot().seconds[int(TimeCategory::kUnattributed)], gapped + 1e-6);
 }
+
+// A process that waits for a CPU is not paused: real-time threads, one per core, keep the watch off every
+// CPU for most of a second at a time (the kernel's real-time throttling leaves the rest 5% of each second),
+// which a gap alone would book as a freeze. The kernel counts it as run queue delay: nothing was frozen, so
 // nothing is paused.
 TEST(Accounting, AProcessStarvedOfCpuIsNotPaused) {
   const pid_t child = ::fork();
