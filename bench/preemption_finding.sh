@@ -23,7 +23,7 @@ require_quiet preemption_finding
 echo "preemption_finding: $quiet_busy% busy, load $(cut -d' ' -f1-3 /proc/loadavg) at start on $(nproc) cores" \
   "($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')); work in $work"
 "$chaosbed" tune "$spec" --out "$work/tune" --tune_lr 0.02,0.05,0.1 --tune_momentum 0,0.9 \
-  --wait_quiet_s 120
+  --tune_shards 1,2 --wait_quiet_s 120
 "$chaosbed" sweep "$work/tune/tuned.yaml" --out "$work/sweep" --wait_quiet_s 120
 "$chaosbed" noise "$work/tune/tuned.yaml" --runs 5 --out "$work/noise" --wait_quiet_s 120
 /usr/bin/python3 bench/findings.py --sweep "$work/sweep" --tune "$work/tune" --noise "$work/noise" \
