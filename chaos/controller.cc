@@ -45,7 +45,9 @@ Controller::Controller(Plan plan, Cluster& cluster, std::map<FaultKind, Actuator
       options_(std::move(options)),
       clock_(options_.clock ? options_.clock : &realClock()) {}
 
-Controller::~Controller() { (void)stop(); }
+Controller::~Controller() {
+  if (Status s = stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
+}
 
 Status Controller::checkAvailable() const {
   std::string problems;
@@ -77,6 +79,12 @@ Status Controller::persistLocked() {
     if (it != applied_.end() && !it->second.heal.empty()) state_.entries.push_back(it->second);
   }
   return writeState(options_.state_dir, state_);
+}
+
+// Where an entry was removed: a file not rewritten still lists a fault already undone, and a heal that
+// undoes it again changes nothing; worth a line in the log, not a failure.
+void Controller::persistOrWarnLocked() {
+  if (Status s = persistLocked(); !s.isOk()) LOG(WARNING) << "chaos: state file not rewritten: " << s.toString();
 }
 
 Status Controller::start() {
@@ -166,8 +174,8 @@ void Controller::adoptAgentHealLocked() {
                << " fault(s); they count as reverted, and a new agent guards what follows";
   log({{"type", "chaos.lease_lapsed"}, {"healed", adopted}, {"mono_ns", clock_->monotonicNs()},
        {"wall_ns", clock_->wallNs()}});
-  (void)persistLocked();  // unfinished again, listing what is still applied
-  (void)renewLease(options_.state_dir, realClock().monotonicNs());
+  persistOrWarnLocked();  // unfinished again, listing what is still applied
+  (void)renewLease(options_.state_dir, realClock().monotonicNs());  // retried each interval; a lapse heals
   ::unlink(path.c_str());
 }
 
@@ -178,7 +186,7 @@ void Controller::leaseLoop() {
     if (lease_stop_) break;
     adoptAgentHealLocked();  // before a new agent starts: it must find an unfinished state to guard
     l.unlock();
-    (void)renewLease(options_.state_dir, realClock().monotonicNs());
+    (void)renewLease(options_.state_dir, realClock().monotonicNs());  // retried each interval; a lapse heals
     keepAgent();
     l.lock();
   }
@@ -208,7 +216,7 @@ void Controller::keepAgent() {
   // The event first: whoever sees the new agent in the state file (a heal, a test) and then ends this
   // controller must find the restart recorded.
   log(ev);
-  (void)persistLocked();
+  persistOrWarnLocked();
 }
 
 void Controller::notify(const std::string& node, int64_t step, int64_t epoch, bool for_any) {
@@ -338,7 +346,7 @@ void Controller::execute(const Action& a, int64_t planned_ns) {
         } else if (s.code() == StatusCode::kNotFound) {
           applied_.erase(key);  // the node is not running: nothing was done
           std::erase(apply_order_, key);
-          (void)persistLocked();
+          persistOrWarnLocked();
         } else {
           ++failed_count_;  // stays in applied_: revert (or stop) undoes a half-done apply
         }
@@ -369,7 +377,7 @@ void Controller::execute(const Action& a, int64_t planned_ns) {
         applied_.erase(key);
         std::erase(apply_order_, key);
         if (active_keys_.erase(key)) --active_[f.kind];
-        (void)persistLocked();
+        persistOrWarnLocked();
       }
       logAction(s.isOk() ? "chaos.reverted" : "chaos.failed", a, planned_ns, done, s);
       return;

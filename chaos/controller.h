@@ -120,6 +120,7 @@ class Controller {
   void execute(const Action& a, int64_t planned_ns);
   void logAction(const char* type, const Action& a, int64_t planned_ns, int64_t done_ns, const Status& s);
   Status persistLocked();
+  void persistOrWarnLocked();
   void log(nlohmann::json event);  // to options_.events, if any
   // After the agent healed on a lapsed lease (it removed the lease file; kHealedFile lists what it healed):
   // those faults count as reverted (by the agent), the state is written again for the next guardian, and

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <glog/logging.h>
+
 namespace chaosbed::chaos {
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::start(std::vector<NodeInfo> nodes, Body body, Options options) {
@@ -31,12 +33,13 @@ LocalCluster::~LocalCluster() {
   for (auto& [name, pid] : pids_) {
     if (pid <= 0) continue;
     ::kill(-pid, SIGKILL);
-    if (auto it = cgroups_.find(name); it != cgroups_.end()) (void)it->second->thaw();
+    if (auto it = cgroups_.find(name); it != cgroups_.end()) (void)it->second->thaw();  // a frozen task does not die
     (void)::waitpid(pid, nullptr, 0);
   }
   if (!options_.cgroup_group.empty()) {
-    for (auto& [name, cg] : cgroups_) (void)cg->destroy();
-    (void)removeGroup(options_.cgroup_group);
+    for (auto& [name, cg] : cgroups_)
+      if (Status s = cg->destroy(); !s.isOk()) LOG(WARNING) << "local cluster: " << s.toString();
+    if (Status s = removeGroup(options_.cgroup_group); !s.isOk()) LOG(WARNING) << "local cluster: " << s.toString();
   }
 }
 
@@ -95,7 +98,7 @@ Status LocalCluster::replace(const std::string& node) {
   if (it != pids_.end() && it->second > 0) {
     // Replacing a live node: the old incarnation goes first.
     ::kill(-it->second, SIGKILL);
-    if (NodeCgroup* cg = cgroup(node)) (void)cg->thaw();
+    if (NodeCgroup* cg = cgroup(node)) (void)cg->thaw();  // a frozen task does not die
     (void)::waitpid(it->second, nullptr, 0);
     it->second = 0;
   }

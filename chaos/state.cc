@@ -140,7 +140,7 @@ int runAgent(const std::string& dir, const AgentOptions& options) {
     // A controller that only stalled may wake: it learns what was healed from kHealedFile (written after
     // the heal) and the missing lease, and neither reverts nor re-records those faults.
     if (tell_controller && before.isOk() && *before && !(*before)->entries.empty())
-      (void)writeStateFile(join(dir, kHealedFile), **before);
+      (void)writeStateFile(join(dir, kHealedFile), **before);  // without it, such a controller reverts them again
     ::unlink(join(dir, kLeaseFile).c_str());
     return r.isOk() ? 0 : 4;
   };

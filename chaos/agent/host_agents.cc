@@ -106,6 +106,7 @@ HostAgents::~HostAgents() {
     if (!host->alive.load() || host->info.pid == 0) continue;  // lost, or never came up (no one to tell)
     if (auto r = order(host->index, {{"op", "quit"}, {"grace_ms", 1000}}, 5000ms); !r.isOk())
       LOG(WARNING) << "telling the agent of host " << host->index << " to quit: " << r.status().toString();
+    // One that does not quit in time is killed with the launcher's nodes.
     if (started_) (void)started_->waitExit("agent-" + std::to_string(host->index), deadlineIn(10s));
   }
   stopping_ = true;
@@ -151,6 +152,7 @@ void HostAgents::watch(int host_index) {
     if (SteadyClock::now() - renewed >= options_.lease_renewal) {
       // A lost host's lease lapses: if its agent is only stalled or cut off, it stops the nodes that were
       // counted as killed once it sees that.
+      // A renewal that fails is tried again next period; a lapse makes the agent stop its nodes: the safe side.
       if (host.alive.load()) (void)host.session->add(agent_wire::lease(run, host_index), 1);
       renewed = SteadyClock::now();
       if (auto a = host.session->peek({agent_wire::alive(run, host_index)}); a.isOk() && !a->empty()) {
@@ -251,7 +253,7 @@ AgentNodes::AgentNodes(HostAgents& agents, int64_t id, HostAgents::SessionOption
     : agents_(agents), id_(id), options_(std::move(options)), actuator_(std::make_unique<RemoteActuator>(*this)) {}
 
 AgentNodes::~AgentNodes() {
-  (void)stopAll(3000ms);
+  if (Status s = stopAll(3000ms); !s.isOk()) LOG(WARNING) << "stopping the agents' nodes: " << s.toString();
   for (const auto& host : agents_.hosts_)
     if (host->alive.load())
       if (auto r = agents_.order(host->index, {{"op", "end"}, {"grace_ms", 1000}}, 10000ms); !r.isOk())

@@ -367,7 +367,7 @@ Result<NodeCgroup> NodeCgroup::create(const std::string& group, const std::strin
     CHAOSBED_RETURN_IF_ERROR(makeDir(dir += std::string("/") + kBaseDir));
     cpu_ok = cpu_ok && enableCpuForChildren(dir).isOk();
     CHAOSBED_RETURN_IF_ERROR(makeDir(dir += "/" + group));
-    if (cpu_ok) (void)enableCpuForChildren(dir);
+    if (cpu_ok) (void)enableCpuForChildren(dir);  // without the controller, setCpuLimit() fails and says why
     CHAOSBED_RETURN_IF_ERROR(makeDir(dir += "/" + node));
     cg.cpu_dir_ = cg.freezer_dir_ = dir;
   } else {

@@ -168,7 +168,8 @@ Result<pid_t> Launcher::start(const NodeSpec& spec) {
   if (spec.cpus) {
     auto cg = NodeCgroup::create(options_.cgroup_group, spec.name);
     Status s = cg.isOk() ? cg->setCpuLimit(*spec.cpus) : cg.status();
-    if (cg.isOk() && !s.isOk()) (void)cg->destroy();
+    if (cg.isOk() && !s.isOk())
+      if (Status d = cg->destroy(); !d.isOk()) LOG(WARNING) << "launcher: " << d.toString();
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.isOk()) {
       nodes_.erase(spec.name);
@@ -242,7 +243,8 @@ Result<pid_t> Launcher::launch(const std::string& name, bool first) {
       }
       exited_cv_.notify_all();
     }
-    if (cg) (void)cg->destroy();
+    if (cg)
+      if (Status d = cg->destroy(); !d.isOk()) LOG(WARNING) << "launcher: " << d.toString();
     return s;
   };
   auto binary = resolveBinary(spec.binary.empty() ? self_exe_ : spec.binary);

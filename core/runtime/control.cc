@@ -231,7 +231,7 @@ void ControlChannel::watchStop() {
   while (!closing()) {
     auto v = polls_->get(keys_.stop(), deadlineIn(kWatchPoll));
     if (v.isOk()) {
-      (void)requestStop(kStopRequested);
+      (void)requestStop(kStopRequested);  // the state it replaced does not matter here
       return;
     }
     if (!pace(backoff, v.status(), "stop")) return;
@@ -301,7 +301,7 @@ void ControlChannel::startBackground(std::function<NodeStats()> stats, std::chro
     auto next = SteadyClock::now();
     while (!closing()) {
       next += period;
-      (void)reportStats(stats());
+      (void)reportStats(stats());  // a report the store missed is replaced by the next, a period later
       MutexLock lock(mu_);
       cv_.wait_until(lock, next, [this] { return closing(); });
     }
@@ -347,7 +347,7 @@ void ControlChannel::stopBackground() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-  if (stats_fn_) (void)reportStats(stats_fn_());
+  if (stats_fn_) (void)reportStats(stats_fn_());  // the last report: the store may already be gone at the end
   stats_fn_ = nullptr;
 }
 

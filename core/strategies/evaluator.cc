@@ -56,7 +56,7 @@ class Evaluator {
     next_reconnect_ = now + 250ms;
     for (int peer = 0; peer < ctx_.transport.size(); ++peer)
       if (peer != ctx_.rank && !ctx_.transport.peerStatus(peer).isOk())
-        (void)ctx_.transport.reconnect(peer, deadlineIn(20ms));
+        (void)ctx_.transport.reconnect(peer, deadlineIn(20ms));  // a peer still down is tried again in 250 ms
   }
 
   double secondsSinceStart(int64_t realtime_ns) const {

@@ -102,7 +102,8 @@ uint32_t MirroredWorker::myFlags() {
     flags |= kFlagNotice;
     if (!notice_published_) {
       notice_published_ = true;
-      (void)ctx_.control.noticeReceived();
+      if (Status s = ctx_.control.noticeReceived(); !s.isOk())
+        LOG(WARNING) << "the notice was not recorded in the store: " << s.toString();
     }
   }
   return flags;
@@ -216,7 +217,7 @@ void MirroredWorker::finishSnapshot() {
   if (snapshot_request_ && !wait(ctx_.transport, snapshot_request_, deadline).isOk()) return;
   snapshot_request_.reset();
   maybeSnapshot(true);
-  if (snapshot_request_) (void)wait(ctx_.transport, snapshot_request_, deadline);
+  if (snapshot_request_) (void)wait(ctx_.transport, snapshot_request_, deadline);  // best effort: the run ends
   snapshot_request_.reset();
 }
 

@@ -260,7 +260,7 @@ void PsServer::reply(const Pending& p, int64_t bound_wait_ns) {
   if (previous) {
     // The worker asks again only after the previous reply reached it, so this is at most its last bytes'
     // completion; a worker paused mid-transfer holds it up to the deadline, and is given up.
-    (void)wait(ctx_.transport, previous, deadlineIn(5s));
+    (void)wait(ctx_.transport, previous, deadlineIn(5s));  // done or not, it is given up below
     previous->cancel();
     if (previous->bufferInUse()) abandoned_.push_back(std::exchange(replies_[size_t(p.worker)], {}));
     previous.reset();
@@ -329,7 +329,8 @@ void PsServer::repostReached() {
 void PsServer::applyRound() {
   if (round_contributions_ == 0) return;
   Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
-  (void)sgd_.apply(params_, round_sum_, 1.0f / float(round_contributions_));
+  const Status applied = sgd_.apply(params_, round_sum_, 1.0f / float(round_contributions_));
+  CHECK(applied.isOk()) << applied.toString();  // the shard's sizes are fixed at set-up
   std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
   ctx_.accounting.step(round_samples_, 0);
   gradients_applied_ += round_contributions_;
@@ -431,7 +432,8 @@ void PsServer::onRequest(int worker, std::span<const std::byte> msg) {
       Accounting::Timer t(ctx_.accounting, TimeCategory::kCompute);
       // Each push moves the model by 1/workers of a step: W pushes of batch b then make the progress of one
       // synchronous step over W x b samples, so both strategies train with the same learning rate per sample.
-      (void)sgd_.apply(params_, grad, 1.0f / float(ctx_.workers));
+      const Status applied = sgd_.apply(params_, grad, 1.0f / float(ctx_.workers));
+      CHECK(applied.isOk()) << applied.toString();  // the request's size was checked on arrival
       ++version_;
       ++gradients_applied_;
       ctx_.accounting.step(h.samples, 0);
@@ -503,6 +505,7 @@ void PsServer::maybeSnapshot() {
 }
 
 void PsServer::publishApplied() {
+  // Best effort: a missed value is only a late one (the next publication replaces it).
   (void)ctx_.control.store().set(ctx_.control.key("ps/" + std::to_string(shard_) + "/applied"), std::to_string(version_));
 }
 
@@ -607,7 +610,7 @@ Status PsServer::run() {
     const Deadline until = deadlineIn(100ms);
     for (RequestPtr& op : reply_ops_) {
       if (!op) continue;
-      (void)wait(ctx_.transport, op, until);
+      (void)wait(ctx_.transport, op, until);  // done or not, it is given up next
       op->cancel();  // here, in the frame, not in the destructor
     }
   }

@@ -298,6 +298,7 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
     }
     progress.done(strategy.label, r->stop_reason);
     outcome.results.push_back(std::move(*r));
+    // Interim files, so that a crash keeps what was measured; the final write below reports a failure.
     (void)writeSummary(dir, spec, outcome.results, false, record);
     (void)writeTimeseries(dir, outcome.results);
   }
@@ -327,10 +328,11 @@ Result<ExperimentOutcome> runExperiment(const spec::ExperimentSpec& spec, const 
   // scrape; otherwise linger until the next scrape of the scraper seen so far, or 1.5 s when none was seen.
   if (metrics) {
     if (ctx.await_scrape) {
-      (void)awaitScrape(*metrics, "of the final values");
+      (void)awaitScrape(*metrics, "of the final values");  // it says when no scrape came
     } else {
       double linger_s = 1.5;
       if (auto interval = metrics->scrapeInterval()) linger_s = std::clamp(1.5 * *interval + 0.5, linger_s, 30.0);
+      // Linger only: a scraper that does not come is not an error.
       (void)metrics->awaitScrape(deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::duration<double>(linger_s))));
     }

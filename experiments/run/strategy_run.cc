@@ -289,7 +289,7 @@ void Supervisor::requestStop(const std::string& reason) {
     MutexLock lock(mu_);
     supervision_->onStop(result_.wall_seconds);
   }
-  (void)ctx_.store->set(keys_.stop(), reason);
+  (void)ctx_.store->set(keys_.stop(), reason);  // nodes that do not hear it are stopped by the launcher
   if (ctx_.events) ctx_.events->record({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
                                               {"t", result_.wall_seconds}});
 }
@@ -453,8 +453,8 @@ Result<StrategyResult> Supervisor::run() {
     result_.chaos_leaks = chaos_controller->leakCount();
   }
   // Let the evaluator finish the snapshots it holds, then end every node.
-  (void)launcher_->waitExit(nodeName("evaluator", 0), deadlineIn(10s));
-  (void)launcher_->stopAll(3000ms);
+  (void)launcher_->waitExit(nodeName("evaluator", 0), deadlineIn(10s));  // stopped next if it is not done
+  if (Status s = launcher_->stopAll(3000ms); !s.isOk()) LOG(WARNING) << "stopping the nodes: " << s.toString();
   readEvents();
   // Every node has stopped: these are the final stats.
   const StatsByNode final_stats = allNodeStats();

@@ -182,7 +182,7 @@ void LinkShaper::setPartitionHold(std::chrono::milliseconds hold) {
 }
 
 void LinkShaper::clear() {
-  for (int p = 0; p < size(); ++p) (void)setLink(p, LinkParams{});
+  for (int p = 0; p < size(); ++p) (void)setLink(p, LinkParams{});  // default parameters are always valid
 }
 
 LinkParams LinkShaper::link(int peer) const {
