@@ -155,7 +155,9 @@ def main():
                 continue
             cells.append(f"{fnum(r['paired_ratio'])} {interval(r)} at {100 * float(r['paired_level']):.1f}%, "
                          f"p = {fnum(r['paired_p'], 3)} (Holm {fnum(r['paired_p_holm'], 3)}), "
-                         f"{r['paired_censored']}/{r['paired_n']} censored: {verdict(r)}")
+                         f"{r['paired_censored']}/{r['paired_n']} censored"
+                         + (f", seeds stopped: {r['seeds_stop']}" if r.get("seeds_stop") else "")
+                         + f": {verdict(r)}")
         w(f"| {x or 'none (baseline)'} | " + " | ".join(cells) + " |")
     w("")
     for m in mirrored:

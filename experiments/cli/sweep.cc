@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "experiments/cli/batch.h"
@@ -27,6 +28,12 @@ DEFINE_string(sbatch_args, "", "extra sbatch options for --executor slurm, space
               "\"--partition=batch --time=01:00:00\"); SBATCH_* environment variables work too");
 DEFINE_string(sweep_point, "", "run only this point of the sweep (its id under DIR/points/): what each Slurm "
               "array task runs");
+DEFINE_string(seeds, "", "auto: add seeds to each grid point (and baseline) until its paired ratios are precise "
+              "(--precision) or decided (Holm-corrected, Bonferroni over the looks), or it has --max_seeds; the "
+              "spec's seeds are the first look; sweep.csv's seeds_stop says which (local executor only)");
+DEFINE_double(precision, 0.1, "with --seeds auto: a ratio r is precise once its interval lies within "
+              "[r / (1 + p), r x (1 + p)]");
+DEFINE_int32(max_seeds, 10, "with --seeds auto: the most seeds a grid point gets");
 DEFINE_int32(sweep_point_index, -1, "run only the point at this index of the sweep's plan (0-based, in run order; "
              "`--executor external` lists them): what each task of a Kubernetes Indexed Job runs");
 
@@ -52,7 +59,8 @@ std::vector<std::string> splitWords(const std::string& s) {
 int runSweep(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: chaosbed sweep SPEC [--out DIR] [--executor local|slurm|external] "
-                         "[--sweep_point ID | --sweep_point_index I] [--metrics_addr HOST:PORT] [--wait_quiet_s S]\n");
+                         "[--sweep_point ID | --sweep_point_index I] [--seeds auto [--precision P] [--max_seeds N]] "
+                         "[--metrics_addr HOST:PORT] [--wait_quiet_s S]\n");
     return kExitUsage;
   }
   if (FLAGS_executor != "local" && FLAGS_executor != "slurm" && FLAGS_executor != "external") {
@@ -69,6 +77,22 @@ int runSweep(int argc, char** argv) {
                          "with --executor %s\n", FLAGS_executor.c_str());
     return kExitUsage;
   }
+  if (!FLAGS_seeds.empty() && FLAGS_seeds != "auto") {
+    std::fprintf(stderr, "chaosbed sweep: --seeds=%s: the only value is auto (the spec's sweep.seeds or "
+                         "sweep.repeats name fixed seeds)\n", FLAGS_seeds.c_str());
+    return kExitUsage;
+  }
+  const bool auto_seeds = FLAGS_seeds == "auto";
+  if (auto_seeds && (FLAGS_executor != "local" || one_point)) {
+    std::fprintf(stderr, "chaosbed sweep: --seeds auto chooses seeds from results as they come: it runs the "
+                         "whole sweep here (--executor local, no --sweep_point)\n");
+    return kExitUsage;
+  }
+  if (auto_seeds && (!(FLAGS_precision > 0) || FLAGS_max_seeds < 2)) {
+    std::fprintf(stderr, "chaosbed sweep: --precision must be > 0 (got %g) and --max_seeds >= 2 (got %d)\n",
+                 FLAGS_precision, FLAGS_max_seeds);
+    return kExitUsage;
+  }
   if (!checkMetricsFlags("sweep")) return kExitUsage;
   int code = kExitPass;
   auto batch = Batch::open("sweep", argv[1], &code);
@@ -77,9 +101,10 @@ int runSweep(int argc, char** argv) {
   sweep::SweepOptions options;
   options.spec_path = argv[1];
   options.out_dir = FLAGS_out.empty() ? spec.output.dir + "/" + spec.metadata.name + "/sweep" : FLAGS_out;
+  if (auto_seeds) options.auto_seeds = sweep::AutoSeeds{FLAGS_precision, FLAGS_max_seeds};
 
   auto fail = [&](const Status& s) {
-    std::fprintf(stderr, "chaosbed sweep: %s: %s\n", argv[1], s.toString().c_str());
+    std::fprintf(stderr, "chaosbed sweep: %s: %s\n", argv[1], s.message().c_str());
     return s.code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   };
   if (one_point) {
@@ -126,6 +151,13 @@ int runSweep(int argc, char** argv) {
     std::printf("sweep: %d point(s): %d run now, %d already complete, %d failed\n", outcome->points, outcome->ran,
                 outcome->resumed, outcome->failed);
   for (const auto& c : outcome->crossings) std::printf("crossover: %s\n", c.c_str());
+  if (auto_seeds) {
+    std::map<std::string, int> by_stop;
+    for (const auto& [group, stop] : outcome->seed_stops) ++by_stop[sweep::seedStopName(stop)];
+    std::printf("seeds auto:");
+    for (const auto& [stop, n] : by_stop) std::printf(" %d %s", n, stop.c_str());
+    std::printf(" (of %zu point(s); sweep.csv's seeds_stop per point)\n", outcome->seed_stops.size());
+  }
   std::printf("results: %s/sweep.csv\n", options.out_dir.c_str());
   return outcome->failed ? kExitInfrastructure : kExitPass;
 }

@@ -388,25 +388,30 @@ namespace {
 // The spec, its points in run order, and each point's spec (overrides applied, strategies in its order).
 struct LoadedSweep {
   spec::ExperimentSpec base;
+  std::vector<int64_t> seeds;  // the spec's, then those --seeds auto added
   std::vector<PlannedPoint> plan;
   std::vector<spec::ExperimentSpec> specs;
 };
+
+// Appends a point with its spec, validated.
+Status addPoint(const SweepOptions& options, LoadedSweep& sweep, PlannedPoint p) {
+  auto s = spec::loadExperimentSpec(options.spec_path, p.assignments());
+  if (!s.isOk()) return s.status().withContext("sweep point " + p.id);
+  // Interleaved: odd seed positions run the strategies in the reverse order.
+  const auto at = std::find(sweep.seeds.begin(), sweep.seeds.end(), p.seed) - sweep.seeds.begin();
+  if (at % 2 == 1) std::reverse(s->strategies.begin(), s->strategies.end());
+  sweep.plan.push_back(std::move(p));
+  sweep.specs.push_back(std::move(*s));
+  return Status::ok();
+}
 
 // Validates every point before any runs, so that a bad grid value fails fast.
 Result<LoadedSweep> loadSweep(const SweepOptions& options) {
   LoadedSweep sweep;
   CHAOSBED_ASSIGN_OR_RETURN(sweep.base, spec::loadExperimentSpec(options.spec_path));
-  sweep.plan = planSweep(sweep.base);
-  const std::vector<int64_t> seeds = sweep.base.sweep && !sweep.base.sweep->seeds.empty() ? sweep.base.sweep->seeds
-                                                                                          : std::vector<int64_t>{sweep.base.seed};
-  for (const PlannedPoint& p : sweep.plan) {
-    auto s = spec::loadExperimentSpec(options.spec_path, p.assignments());
-    if (!s.isOk()) return s.status().withContext("sweep point " + p.id);
-    // Interleaved: odd seed positions run the strategies in the reverse order.
-    const auto at = std::find(seeds.begin(), seeds.end(), p.seed) - seeds.begin();
-    if (at % 2 == 1) std::reverse(s->strategies.begin(), s->strategies.end());
-    sweep.specs.push_back(std::move(*s));
-  }
+  sweep.seeds = sweep.base.sweep && !sweep.base.sweep->seeds.empty() ? sweep.base.sweep->seeds
+                                                                     : std::vector<int64_t>{sweep.base.seed};
+  for (PlannedPoint& p : planSweep(sweep.base)) CHAOSBED_RETURN_IF_ERROR(addPoint(options, sweep, std::move(p)));
   std::error_code ec;
   fs::create_directories(options.out_dir + "/points", ec);
   if (ec) return Status::ioError("cannot create " + options.out_dir + "/points: " + ec.message());
@@ -424,14 +429,68 @@ Result<bool> runPoint(const SweepOptions& options, const LoadedSweep& sweep, siz
 
 Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep& sweep, SweepOutcome out);
 
-}  // namespace
+// The labels compared: the first parameter server against each mirrored strategy.
+struct Compared {
+  std::string ps;
+  std::vector<std::string> mirrored;
+};
+Compared comparedLabels(const spec::ExperimentSpec& base) {
+  Compared c;
+  for (const auto& s : base.strategies) {
+    if (s.kind == spec::StrategyKind::kParameterServer && c.ps.empty()) c.ps = s.label;
+    if (s.kind == spec::StrategyKind::kMirrored) c.mirrored.push_back(s.label);
+  }
+  return c;
+}
 
-Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner) {
-  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+// Per group, per mirrored label: (TTA of the parameter server, TTA of that mirrored strategy), one per seed
+// whose point ran both.
+using PairsByGroup = std::map<std::string, std::map<std::string, std::vector<stats::TtaPair>>>;
+PairsByGroup pairsByGroup(const SweepOptions& options, const LoadedSweep& sweep) {
+  const Compared labels = comparedLabels(sweep.base);
+  PairsByGroup pairs;
+  if (labels.ps.empty()) return pairs;
+  for (const PlannedPoint& p : sweep.plan) {
+    const nlohmann::json summary = readSummary(options.out_dir + "/points/" + p.id);
+    auto has = [&](const std::string& label) {
+      return summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label) &&
+             summary["strategies"][label].is_object();
+    };
+    for (const std::string& m : labels.mirrored)
+      if (has(labels.ps) && has(m))
+        pairs[p.group][m].push_back({ttaOf(summary["strategies"][labels.ps]), ttaOf(summary["strategies"][m])});
+  }
+  return pairs;
+}
+
+// Every group's stop under the auto-seeds rule, from the points run so far.
+std::map<std::string, SeedStop> seedStops(const SweepOptions& options, const LoadedSweep& sweep, int max_looks) {
+  std::map<std::string, int> seeds;
+  std::map<std::string, double> limit;
+  for (size_t i = 0; i < sweep.plan.size(); ++i) {
+    ++seeds[sweep.plan[i].group];
+    limit[sweep.plan[i].group] = sweep.specs[i].training.time_limit_s;
+  }
+  // Holm's family: every comparison of the sweep, as sweep.csv reports it.
+  const PairsByGroup pairs = pairsByGroup(options, sweep);
+  std::vector<std::pair<std::string, stats::PairedRatio>> all;
+  std::vector<double> p_values;
+  for (const auto& [group, by_label] : pairs)
+    for (const auto& [label, list] : by_label)
+      if (auto r = stats::pairedRatio(list, limit[group])) all.emplace_back(group, *r), p_values.push_back(r->p_value);
+  const std::vector<double> p_holm = stats::holm(p_values);
+  std::map<std::string, std::vector<Comparison>> of;
+  for (size_t i = 0; i < all.size(); ++i) of[all[i].first].push_back({all[i].second, p_holm[i]});
+  std::map<std::string, SeedStop> stops;
+  for (const auto& [group, n] : seeds) stops[group] = seedStop(of[group], n, max_looks, *options.auto_seeds);
+  return stops;
+}
+
+// Runs the plan's points from `from` on (a complete one is not run again); false when interrupted.
+bool runPoints(const SweepOptions& options, const LoadedSweep& sweep, size_t from, const PointRunner& runner,
+               SweepOutcome& out) {
   const std::vector<PlannedPoint>& plan = sweep.plan;
-  SweepOutcome out;
-  out.points = int(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
+  for (size_t i = from; i < plan.size(); ++i) {
     if (pointComplete(options.out_dir + "/points/" + plan[i].id)) {
       ++out.resumed;
       if (options.progress) std::fprintf(options.progress, "sweep [%zu/%zu] %s: complete, not rerun\n", i + 1, plan.size(), plan[i].id.c_str());
@@ -449,9 +508,70 @@ Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& ru
       if (options.progress)
         std::fprintf(options.progress, "sweep: point %s %s\n", plan[i].id.c_str(),
                      r.isOk() ? "incomplete" : ("failed: " + r.status().toString()).c_str());
-      if (!r.isOk() && r.status().code() == StatusCode::kCancelled) break;
+      if (!r.isOk() && r.status().code() == StatusCode::kCancelled) return false;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+const char* seedStopName(SeedStop stop) {
+  switch (stop) {
+    case SeedStop::kOpen: return "open";
+    case SeedStop::kPrecise: return "precise";
+    case SeedStop::kDecided: return "decided";
+    case SeedStop::kMaxSeeds: return "max_seeds";
+  }
+  return "open";
+}
+
+SeedStop seedStop(const std::vector<Comparison>& comparisons, int seeds, int max_looks, const AutoSeeds& rule) {
+  bool all_decided = !comparisons.empty(), all_settled = !comparisons.empty();
+  for (const Comparison& c : comparisons) {
+    const bool decided = c.p_holm < 0.05 / double(std::max(1, max_looks));
+    const stats::PairedRatio& r = c.ratio;
+    const bool precise = std::isfinite(r.high) && r.low > 0 && r.high <= r.estimate * (1 + rule.precision) &&
+                         r.low >= r.estimate / (1 + rule.precision);
+    all_decided = all_decided && decided;
+    all_settled = all_settled && (decided || precise);
+  }
+  if (all_decided) return SeedStop::kDecided;
+  if (all_settled) return SeedStop::kPrecise;
+  return seeds >= rule.max_seeds ? SeedStop::kMaxSeeds : SeedStop::kOpen;
+}
+
+Result<SweepOutcome> runSweep(const SweepOptions& options, const PointRunner& runner) {
+  CHAOSBED_ASSIGN_OR_RETURN(LoadedSweep sweep, loadSweep(options));
+  if (const Compared labels = comparedLabels(sweep.base);
+      options.auto_seeds && (labels.ps.empty() || labels.mirrored.empty()))
+    return Status::invalidArgument(options.spec_path + ": --seeds auto compares the parameter server with a mirrored "
+                                   "strategy, and the spec lacks one of them");
+  SweepOutcome out;
+  bool going = runPoints(options, sweep, 0, runner, out);
+  if (options.auto_seeds) {
+    const int max_looks = std::max(1, options.auto_seeds->max_seeds - int(sweep.seeds.size()) + 1);
+    for (;;) {
+      out.seed_stops = seedStops(options, sweep, max_looks);
+      std::set<std::string> open;
+      for (const auto& [group, stop] : out.seed_stops)
+        if (stop == SeedStop::kOpen) open.insert(group);
+      if (open.empty() || !going) break;
+      const int64_t seed = *std::max_element(sweep.seeds.begin(), sweep.seeds.end()) + 1;
+      sweep.seeds.push_back(seed);
+      spec::ExperimentSpec one = sweep.base;
+      one.sweep = one.sweep.value_or(spec::SweepSpec{});
+      one.sweep->seeds = {seed};
+      const size_t from = sweep.plan.size();
+      for (PlannedPoint& p : planSweep(one))
+        if (open.count(p.group)) CHAOSBED_RETURN_IF_ERROR(addPoint(options, sweep, std::move(p)));
+      if (options.progress)
+        std::fprintf(options.progress, "sweep: --seeds auto: seed %lld for %zu point(s) not yet precise or decided\n",
+                     static_cast<long long>(seed), open.size());
+      going = runPoints(options, sweep, from, runner, out);
+    }
+  }
+  out.points = int(sweep.plan.size());
   return writeResults(options, sweep, out);
 }
 
@@ -504,14 +624,12 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
   const std::vector<PlannedPoint>& plan = sweep.plan;
   const std::vector<spec::ExperimentSpec>& specs = sweep.specs;
   // Collect: labels in spec order.
-  std::vector<std::string> labels, mirrored_labels;
-  std::string ps_label, m_label;
-  for (const auto& s : base.strategies) {
-    labels.push_back(s.label);
-    if (s.kind == spec::StrategyKind::kParameterServer && ps_label.empty()) ps_label = s.label;
-    if (s.kind == spec::StrategyKind::kMirrored) mirrored_labels.push_back(s.label);
-  }
-  if (!mirrored_labels.empty()) m_label = mirrored_labels.front();
+  std::vector<std::string> labels;
+  for (const auto& s : base.strategies) labels.push_back(s.label);
+  const Compared compared_labels = comparedLabels(base);
+  const std::string& ps_label = compared_labels.ps;
+  const std::vector<std::string>& mirrored_labels = compared_labels.mirrored;
+  const std::string m_label = mirrored_labels.empty() ? std::string() : mirrored_labels.front();
   std::vector<std::string> axes;
   for (const auto& a : base.sweep.value_or(spec::SweepSpec{}).grid) axes.push_back(a.path);
 
@@ -522,14 +640,13 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
          "runs,reached,censored_fraction,tta_mean,tta_geomean,tta_ci95_low,tta_ci95_high,tta_restricted_mean,"
          "ratio_ps_over_mirrored,"
          "ratio_kind,commit,dirty,load1_at_start,quiet,run_order,paired_n,paired_censored,paired_ratio,paired_low,"
-         "paired_high,paired_level,paired_method,paired_p,paired_p_holm,censoring,mtbf_s,mtbf_over_baseline_tta\n";
+         "paired_high,paired_level,paired_method,paired_p,paired_p_holm,censoring,mtbf_s,mtbf_over_baseline_tta,seeds_stop\n";
   std::vector<std::string> groups;
   std::map<std::string, std::map<std::string, std::vector<std::optional<double>>>> by_group;  // group -> label -> tta
   std::map<std::string, const PlannedPoint*> group_point;
   std::map<std::string, double> group_limit;  // where an unreached run is censored
   std::map<std::string, double> group_mtbf;   // run seconds between failures, all the point's faults together
-  // group -> mirrored label -> (TTA of the parameter server, TTA of that mirrored strategy) per seed
-  std::map<std::string, std::map<std::string, std::vector<stats::TtaPair>>> pairs;
+  PairsByGroup pairs = pairsByGroup(options, sweep);
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedPoint& p = plan[i];
     if (!by_group.count(p.group))
@@ -548,13 +665,6 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
           per_s += 1 / r["mtbf_s"].get<double>();
       if (per_s > 0) group_mtbf[p.group] = 1 / per_s;
     }
-    auto has = [&](const std::string& label) {
-      return summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label) &&
-             summary["strategies"][label].is_object();
-    };
-    for (const std::string& m : mirrored_labels)
-      if (!ps_label.empty() && has(ps_label) && has(m))
-        pairs[p.group][m].push_back({ttaOf(summary["strategies"][ps_label]), ttaOf(summary["strategies"][m])});
     for (const auto& label : labels) {
       const nlohmann::json s = summary.is_object() && summary.contains("strategies") && summary["strategies"].contains(label)
                                    ? summary["strategies"][label]
@@ -574,7 +684,7 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       const auto pos = std::find_if(order.begin(), order.end(), [&](const auto& x) { return x.label == label; }) - order.begin();
       csv << "," << csvField(prov.value("commit", "")) << "," << (prov.value("dirty", false) ? 1 : 0) << ","
           << (prov.contains("load1_at_start") && prov["load1_at_start"].is_number() ? fmt(prov["load1_at_start"].get<double>()) : "")
-          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,,,,,,,\n";
+          << "," << (prov.value("quiet", true) ? 1 : 0) << "," << pos << ",,,,,,,,,,,,,\n";
     }
   }
   std::map<std::string, std::map<std::string, TtaStats>> stats;
@@ -643,7 +753,8 @@ Result<SweepOutcome> writeResults(const SweepOptions& options, const LoadedSweep
       } else {
         csv << ",";
       }
-      csv << "\n";
+      const auto stop = out.seed_stops.find(group);
+      csv << "," << (stop == out.seed_stops.end() ? "" : seedStopName(stop->second)) << "\n";
     }
   }
   CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/sweep.csv", csv.str()));

@@ -12,7 +12,7 @@
 //                    confidence level, method and p-value, and the p-value after Holm's correction over every
 //                    paired comparison of the sweep): on a mirrored strategy's row TTA(parameter_server) /
 //                    TTA(that strategy), on the parameter server's row the same against the first mirrored
-//                    strategy
+//                    strategy; with --seeds auto, seeds_stop says why the point has the seeds it has
 //
 // Strategies' runs are interleaved: a point at an odd position in the seed list runs its strategies in the
 // reverse order, so that neither always runs first on a warm or a cold machine.
@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,6 +46,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/spec/spec.h"
+#include "experiments/stats/paired.h"
 #include "transports/base/status.h"
 
 namespace chaosbed::sweep {
@@ -109,10 +111,39 @@ std::optional<TtaRatio> ttaRatio(const TtaStats& ps, const TtaStats& mirrored);
 // more than a factor of 10.
 bool logAxis(const std::vector<std::string>& xvalues);
 
+// `--seeds auto`: seeds are added to a grid point until each of its paired ratios (the parameter server
+// against each mirrored strategy) is precise or decided, or the point has max_seeds runs per strategy. The
+// spec's seeds are the first look; each look adds the next seed (one more than the largest so far) to every
+// point still open, its baseline being a point of its own. Precise: the interval lies within
+// [r / (1 + precision), r x (1 + precision)] of the estimate r. Decided: the Holm-corrected p-value is below
+// 0.05 / the most looks a point can take (Bonferroni over the looks: stopping as soon as a point is decided
+// then keeps the family-wise error at 0.05, which testing at 0.05 at every look would not).
+struct AutoSeeds {
+  double precision = 0.1;
+  int max_seeds = 10;
+};
+
+// Why a point of a --seeds auto sweep has the seeds it has.
+enum class SeedStop : uint8_t {
+  kOpen,      // needs more seeds
+  kPrecise,   // every comparison precise or decided, not all decided
+  kDecided,   // every comparison decided
+  kMaxSeeds,  // max_seeds reached first
+};
+const char* seedStopName(SeedStop stop);  // open, precise, decided, max_seeds
+// One point's comparisons, each with its Holm-corrected p-value; `seeds`: the point's runs per strategy;
+// `max_looks`: the most looks any point can take (max_seeds - the spec's seeds + 1).
+struct Comparison {
+  stats::PairedRatio ratio;
+  double p_holm = 1;
+};
+SeedStop seedStop(const std::vector<Comparison>& comparisons, int seeds, int max_looks, const AutoSeeds& rule);
+
 struct SweepOptions {
   std::string spec_path;
   std::string out_dir;
   FILE* progress = stdout;  // nullptr: silent
+  std::optional<AutoSeeds> auto_seeds;  // runSweep only (a local executor): others run the spec's seeds
 };
 
 struct SweepOutcome {
@@ -121,6 +152,7 @@ struct SweepOutcome {
   int resumed = 0;   // points skipped because they were complete
   int failed = 0;    // points whose run returned an error or was incomplete
   std::vector<std::string> crossings;  // "parameter_server overtakes mirrored between x=a and x=b (...)"
+  std::map<std::string, SeedStop> seed_stops;  // with auto_seeds: each point (group) and why it stopped
 };
 
 // Plans, runs (or resumes) every point with `runner`, then writes sweep.csv and crossover.svg. Invalid

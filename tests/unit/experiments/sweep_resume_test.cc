@@ -1,12 +1,13 @@
 // Sweeps with a fake point runner: the plan (grid x seeds + baselines, stable ids), resume (complete points
-// are not rerun), sweep.csv statistics with censored TTAs, and the crossover plot: censored ratios as bounds
-// that decide crossings only on their decisive side, and the log x axis.
+// are not rerun), sweep.csv statistics with censored TTAs, the crossover plot (censored ratios as bounds
+// that decide crossings only on their decisive side, the log x axis), and --seeds auto.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -27,9 +28,10 @@ std::string readFile(const std::string& path) {
 }
 
 // tiny-synthetic (time limit 15 s) with a sweep over the pause duration (a chaos parameter) and two seeds.
-std::string writeSweepSpec(const std::string& dir, const std::string& durations = "[1, 2, 4]") {
+std::string writeSweepSpec(const std::string& dir, const std::string& durations = "[1, 2, 4]",
+                           const std::string& seeds = "[1, 2]") {
   std::string text = readFile(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
-  text += "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: " + durations + "\n  seeds: [1, 2]\n";
+  text += "\nsweep:\n  grid:\n    chaos.faults[0].duration_s: " + durations + "\n  seeds: " + seeds + "\n";
   const std::string path = dir + "/sweep.yaml";
   std::ofstream(path) << text;
   return path;
@@ -262,6 +264,102 @@ TEST(Sweep, CensoredRatiosAreBoundsThatPlaceTheCrossingOnALogAxis) {
   // The no-chaos baseline (pause 0: 8 / 5) is drawn as a reference.
   EXPECT_NE(svg.find("no chaos (baseline): 1.60"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// Per-seed ratios PS / mirrored (mirrored always 10 s): without faults 1, 1.01, 0.99 by seed (precise,
+// not different from 1); at a 1 s pause twice that (decided); at 2 s 0.7 and 1.4 by turns (neither, ever).
+class AutoSeedsRunner {
+ public:
+  Result<bool> operator()(const spec::ExperimentSpec& spec, const std::string& dir) {
+    ++calls;
+    first_strategy[spec.seed].insert(spec.strategies.front().label);
+    const YAML::Node& chaos = spec.chaos.yaml;
+    const double pause = chaos && chaos["faults"] ? chaos["faults"][0]["duration_s"].as<double>() : 0;
+    const double wobble = 1 + 0.01 * double(spec.seed % 3 == 2 ? 1 : spec.seed % 3 == 0 ? -1 : 0);
+    const double ratio = pause == 0 ? wobble : pause == 1 ? 2 * wobble : spec.seed % 2 ? 0.7 : 1.4;
+    nlohmann::json strategies = {
+        {"mirrored", {{"kind", "mirrored"}, {"tta_sustained_seconds", 10.0}}},
+        {"parameter_server", {{"kind", "parameter_server"}, {"tta_sustained_seconds", 10.0 * ratio}}}};
+    fs::create_directories(dir);
+    std::ofstream(dir + "/summary.json") << nlohmann::json{{"complete", true}, {"strategies", strategies}}.dump();
+    return true;
+  }
+  int calls = 0;
+  std::map<int64_t, std::set<std::string>> first_strategy;
+};
+
+TEST(Sweep, AutoSeedsAddSeedsOnlyWhereTheRatioIsNeitherPreciseNorDecided) {
+  const std::string dir = ::testing::TempDir() + "/sweep-auto-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SweepOptions options;
+  options.spec_path = writeSweepSpec(dir, "[1, 2]", "[1, 2, 3]");
+  options.out_dir = dir + "/out";
+  options.progress = nullptr;
+  options.auto_seeds = AutoSeeds{0.1, 6};
+  AutoSeedsRunner runner;
+  auto r = runSweep(options, std::ref(runner));
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  // 3 seeds x (baseline + 2 pauses), then seeds 4, 5 and 6 for the 2 s pause alone.
+  EXPECT_EQ(runner.calls, 9 + 3);
+  EXPECT_EQ(r->points, 12);
+  EXPECT_EQ(r->seed_stops.at("baseline"), SeedStop::kPrecise);
+  EXPECT_EQ(r->seed_stops.at("chaos.faults[0].duration_s=1"), SeedStop::kDecided);
+  EXPECT_EQ(r->seed_stops.at("chaos.faults[0].duration_s=2"), SeedStop::kMaxSeeds);
+  // The added seeds go on interleaving: seed 4 is the fourth, so it runs the strategies in reverse.
+  EXPECT_EQ(runner.first_strategy[4], std::set<std::string>{"parameter_server"});
+  EXPECT_EQ(runner.first_strategy[5], std::set<std::string>{"mirrored"});
+
+  const std::string csv = readFile(dir + "/out/sweep.csv");
+  std::istringstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header.substr(header.size() - std::string(",seeds_stop").size()), ",seeds_stop") << header;
+  std::map<std::string, std::string> stop_of;  // group -> seeds_stop of its summary rows
+  std::map<std::string, int> runs_of;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cols;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cols.push_back(c);
+    if (line.ends_with(",")) cols.push_back("");
+    if (cols[0] == "point") ++runs_of[cols[1]];
+    if (cols[0] == "summary") stop_of[cols[1]] = cols.back();
+  }
+  EXPECT_EQ(stop_of["baseline"], "precise");
+  EXPECT_EQ(stop_of["chaos.faults[0].duration_s=1"], "decided");
+  EXPECT_EQ(stop_of["chaos.faults[0].duration_s=2"], "max_seeds");
+  EXPECT_EQ(runs_of["chaos.faults[0].duration_s=2"], 6 * 2);  // 6 seeds, 2 strategies
+  EXPECT_EQ(runs_of["chaos.faults[0].duration_s=1"], 3 * 2);
+
+  // Resumed, the same decisions find every point complete.
+  AutoSeedsRunner again;
+  auto r2 = runSweep(options, std::ref(again));
+  ASSERT_TRUE(r2.isOk()) << r2.status().toString();
+  EXPECT_EQ(again.calls, 0);
+  EXPECT_EQ(r2->resumed, 12);
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, AutoSeedsDecideOnlyBelowTheLevelSplitOverEveryLook) {
+  stats::PairedRatio wide;
+  wide.estimate = 2;
+  wide.low = 1.2;
+  wide.high = 3.3;
+  const AutoSeeds rule{0.1, 10};
+  // p_holm 0.01: decided when a point can take 4 looks (0.05 / 4 = 0.0125), not when it can take 8.
+  EXPECT_EQ(seedStop({{wide, 0.01}}, 3, 4, rule), SeedStop::kDecided);
+  EXPECT_EQ(seedStop({{wide, 0.01}}, 3, 8, rule), SeedStop::kOpen);
+  EXPECT_EQ(seedStop({{wide, 0.01}}, 10, 8, rule), SeedStop::kMaxSeeds);
+  // Within +-10% of the estimate: precise, whatever the p-value.
+  stats::PairedRatio narrow = wide;
+  narrow.low = 1.85;
+  narrow.high = 2.15;
+  EXPECT_EQ(seedStop({{narrow, 0.9}}, 3, 8, rule), SeedStop::kPrecise);
+  EXPECT_EQ(seedStop({{narrow, 0.9}, {wide, 0.9}}, 3, 8, rule), SeedStop::kOpen) << "every comparison must settle";
+  // A censored bound (no upper end) is never precise.
+  narrow.high = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(seedStop({{narrow, 0.9}}, 3, 8, rule), SeedStop::kOpen);
+  EXPECT_EQ(seedStop({}, 3, 8, rule), SeedStop::kOpen) << "a point without a comparison has nothing settled";
 }
 
 TEST(Sweep, RatioKindsAndTheirSides) {
