@@ -19,6 +19,7 @@ DEFINE_string(tune_seeds, "", "seeds per recipe, comma-separated (default: the s
 DEFINE_int32(tune_grow, 2, "how often a strategy's grid may grow past an edge its best recipe is on (learning rate x2 "
              "or /2, momentum halfway to 1); 0: never");
 DEFINE_string(tune_shards, "", "parameter-server shard counts to try, comma-separated (default: each strategy's own)");
+DEFINE_string(tune_batch, "", "batch_per_worker values to try, comma-separated (default: each strategy's own)");
 
 namespace chaosbed::cli {
 namespace {
@@ -44,7 +45,7 @@ std::optional<std::vector<T>> parseList(const char* flag, const std::string& tex
 
 int runTune(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST] [--tune_shards LIST]\n");
+    std::fprintf(stderr, "usage: chaosbed tune SPEC [--out DIR] [--tune_lr LIST] [--tune_momentum LIST] [--tune_seeds LIST] [--tune_shards LIST] [--tune_batch LIST]\n");
     return kExitUsage;
   }
   if (!checkMetricsFlags("tune")) return kExitUsage;
@@ -52,7 +53,8 @@ int runTune(int argc, char** argv) {
   auto moms = parseList<double>("tune_momentum", FLAGS_tune_momentum);
   auto seeds = parseList<int64_t>("tune_seeds", FLAGS_tune_seeds);
   auto shards = parseList<int>("tune_shards", FLAGS_tune_shards);
-  if (!lrs || !moms || !seeds || !shards) return kExitUsage;
+  auto batches = parseList<int>("tune_batch", FLAGS_tune_batch);
+  if (!lrs || !moms || !seeds || !shards || !batches) return kExitUsage;
   int code = kExitPass;
   auto batch = Batch::open("tune", argv[1], &code);
   if (!batch) return code;
@@ -63,20 +65,22 @@ int runTune(int argc, char** argv) {
   options.momenta = *moms;
   options.seeds = *seeds;
   options.shards = *shards;
+  options.batches = *batches;
   options.grow = FLAGS_tune_grow;
   auto outcome = tune::runTune(options, batch->runner(nullptr));
   if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {
-    std::fprintf(stderr, "chaosbed tune: %s: %s\n", argv[1], outcome.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed tune: %s: %s\n", argv[1], outcome.status().message().c_str());
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   }
   std::printf("tune: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);
-  std::printf("%-22s %14s %9s %7s %16s\n", "strategy", "learning_rate", "momentum", "shards", "score (TTA s)");
+  std::printf("%-22s %14s %9s %6s %7s %16s\n", "strategy", "learning_rate", "momentum", "batch", "shards",
+              "score (TTA s)");
   for (const auto& t : outcome->strategies) {
     const auto& w = t.recipes[t.winner];
-    std::printf("%-22s %14s %9s %7s %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
-                config::formatDouble(w.recipe.momentum).c_str(), w.shards > 0 ? std::to_string(w.shards).c_str() : "-",
-                config::formatDouble(w.score).c_str());
+    std::printf("%-22s %14s %9s %6d %7s %16s\n", t.label.c_str(), config::formatDouble(w.recipe.learning_rate).c_str(),
+                config::formatDouble(w.recipe.momentum).c_str(), w.recipe.batch_per_worker,
+                w.shards > 0 ? std::to_string(w.shards).c_str() : "-", config::formatDouble(w.score).c_str());
   }
   std::printf("results: %s/tune.json; the tuned spec: %s/tuned.yaml\n", options.out_dir.c_str(), options.out_dir.c_str());
   return outcome->failed ? kExitInfrastructure : kExitPass;

@@ -18,9 +18,11 @@ namespace fs = std::filesystem;
 
 std::string number(double v) { return config::formatDouble(v); }
 
-std::string recipeId(const spec::Recipe& r, int shards, bool shards_tuned, int64_t seed) {
+// Stable across versions: an axis that is not tuned adds nothing, so an older tune directory resumes.
+std::string recipeId(const spec::Recipe& r, int shards, bool shards_tuned, bool batch_tuned, int64_t seed) {
   return "lr" + number(r.learning_rate) + "-m" + number(r.momentum) +
-         (shards_tuned ? "-s" + std::to_string(shards) : std::string()) + "-seed" + std::to_string(seed);
+         (shards_tuned ? "-s" + std::to_string(shards) : std::string()) +
+         (batch_tuned ? "-b" + std::to_string(r.batch_per_worker) : std::string()) + "-seed" + std::to_string(seed);
 }
 
 // The sustained TTA of `label` in a finished point's summary; none when it did not reach the target.
@@ -46,6 +48,11 @@ GridAxes gridAxes(const spec::Recipe& base, const TuneOptions& o) {
 std::vector<int> shardGrid(const spec::StrategySpec& strategy, const TuneOptions& options) {
   if (strategy.kind == spec::StrategyKind::kParameterServer && !options.shards.empty()) return options.shards;
   return {strategy.shards};
+}
+
+std::vector<int> batchGrid(const spec::StrategySpec& strategy, const TuneOptions& options) {
+  if (!options.batches.empty()) return options.batches;
+  return {strategy.recipe.batch_per_worker};
 }
 
 spec::ExperimentSpec pointSpec(const spec::ExperimentSpec& base, const std::string& label, const spec::Recipe& recipe,
@@ -109,6 +116,9 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
     if (!(m >= 0 && m < 1)) return Status::invalidArgument("tune: momenta must be in [0, 1), got " + number(m));
   for (int n : options.shards)
     if (n < 1 || n > 64) return Status::invalidArgument("tune: shard counts must be in 1..64, got " + std::to_string(n));
+  for (int b : options.batches)
+    if (b < 1 || b > 65536)
+      return Status::invalidArgument("tune: batch sizes must be in 1..65536, got " + std::to_string(b));
   if (options.grow < 0 || options.grow > 8)
     return Status::invalidArgument("tune: grow must be in 0..8, got " + std::to_string(options.grow));
   std::error_code ec;
@@ -117,26 +127,30 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
 
   TuneOutcome out;
   std::ostringstream csv;
-  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards\n";
+  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker\n";
   size_t total = 0, done = 0;
   for (const auto& st : base.strategies) {
     const GridAxes g = gridAxes(st.recipe, options);
-    total += g.learning_rates.size() * g.momenta.size() * shardGrid(st, options).size() * seeds.size();
+    total += g.learning_rates.size() * g.momenta.size() * shardGrid(st, options).size() *
+             batchGrid(st, options).size() * seeds.size();
   }
   for (const spec::StrategySpec& st : base.strategies) {
     StrategyTuning tuning;
     tuning.label = st.label;
     const bool shards_tuned = st.kind == spec::StrategyKind::kParameterServer && !options.shards.empty();
+    const bool batch_tuned = !options.batches.empty();
     auto [lrs, moms] = gridAxes(st.recipe, options);  // grown past an edge the winner is on
-    std::set<std::tuple<double, double, int>> scored;
+    std::set<std::tuple<double, double, int, int>> scored;
     for (;;) {
       for (double lr : lrs)
         for (double m : moms)
-          for (int shards : shardGrid(st, options)) {
-            if (!scored.insert({lr, m, shards}).second) continue;
+          for (int shards : shardGrid(st, options))
+          for (int batch : batchGrid(st, options)) {
+            if (!scored.insert({lr, m, shards, batch}).second) continue;
             spec::Recipe recipe = st.recipe;
             recipe.learning_rate = lr;
             recipe.momentum = m;
+            recipe.batch_per_worker = batch;
             RecipeScore score;
             score.recipe = recipe;
             score.shards = shards;
@@ -144,16 +158,17 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
               ++done;
               total = std::max(total, done);
               const std::string dir =
-                  options.out_dir + "/points/" + st.label + "/" + recipeId(recipe, shards, shards_tuned, seed);
+                  options.out_dir + "/points/" + st.label + "/" + recipeId(recipe, shards, shards_tuned, batch_tuned, seed);
               if (sweep::pointComplete(dir)) {
                 ++out.resumed;
               } else {
                 fs::remove_all(dir, ec);
                 if (options.progress)
-                  std::fprintf(options.progress, "tune [%zu/%zu] %s: learning_rate %s, momentum %s%s, seed %lld\n", done,
-                               total, st.label.c_str(), number(recipe.learning_rate).c_str(),
+                  std::fprintf(options.progress, "tune [%zu/%zu] %s: learning_rate %s, momentum %s%s%s, seed %lld\n",
+                               done, total, st.label.c_str(), number(recipe.learning_rate).c_str(),
                                number(recipe.momentum).c_str(),
                                shards_tuned ? (", shards " + std::to_string(shards)).c_str() : "",
+                               batch_tuned ? (", batch " + std::to_string(batch)).c_str() : "",
                                static_cast<long long>(seed));
                 Result<bool> complete = runner(pointSpec(base, st.label, recipe, shards, seed), dir);
                 if (!complete.isOk() && complete.status().code() == StatusCode::kCancelled) return complete.status();
@@ -165,7 +180,8 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
               csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
                   << number(recipe.momentum) << "," << seed << "," << (tta ? number(*tta) : "") << ","
                   << (tta ? "true" : "false") << ","
-                  << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << "\n";
+                  << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << ","
+                  << recipe.batch_per_worker << "\n";
             }
             score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
             tuning.recipes.push_back(std::move(score));
@@ -212,7 +228,8 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
       winner["tie"] = "within " + number(scoreNoise(t.recipes[t.lowest])) + " s (the noise) of the lowest score, " +
                       number(t.recipes[t.lowest].score) + " s (learning_rate " +
                       number(t.recipes[t.lowest].recipe.learning_rate) + ", momentum " +
-                      number(t.recipes[t.lowest].recipe.momentum) + ", shards " +
+                      number(t.recipes[t.lowest].recipe.momentum) + ", batch_per_worker " +
+                      std::to_string(t.recipes[t.lowest].recipe.batch_per_worker) + ", shards " +
                       std::to_string(t.recipes[t.lowest].shards) + "): the simpler recipe wins";
     j["strategies"][t.label] = {{"recipes", recipes}, {"winner", winner}, {"grid_grown", t.grown}};
     tuned.strategies[i].recipe = w;

@@ -2,8 +2,8 @@
 // `chaosbed tune`: each strategy's best training recipe without faults, so that a comparison under chaos
 // starts from each strategy's own best settings rather than from one shared recipe that favours one of them.
 //
-// For every strategy of the spec and every (learning_rate, momentum) of the grid, and, for a parameter server,
-// every shard count of --tune_shards, and every seed, one run of the spec with that strategy alone, that
+// For every strategy of the spec and every (learning_rate, momentum) of the grid, every batch_per_worker of
+// --tune_batch, and, for a parameter server, every shard count of --tune_shards, and every seed, one run of the spec with that strategy alone, that
 // recipe and no chaos section: a server that is the bottleneck is tuned away like a learning rate. A recipe's
 // score is its restricted mean TTA over the seeds (the sustained TTA, an unreached target counting as the
 // time limit: a lower bound that never prefers a recipe that misses the target to one that reaches it).
@@ -16,7 +16,7 @@
 // Layout of the tune directory (resumable like a sweep: a complete point is not run again):
 //   points/<label>/<id>/   one run's results directory (run/results.h)
 //   tune.csv               one row per run: label, kind, learning_rate, momentum, seed, tta_sustained_s, reached,
-//                          shards (a parameter server's; empty for mirrored)
+//                          shards (a parameter server's; empty for mirrored), batch_per_worker
 //   tune.json              the grid, the seeds, every recipe's score and each strategy's winner
 //   tuned.yaml             the spec with each strategy's recipe set to its winner (strategies[i].training)
 
@@ -40,6 +40,7 @@ struct TuneOptions {
   std::vector<int64_t> seeds;          // empty: the spec's seed and the next two
   int grow = 2;                        // how often a strategy's grid may grow past an edge its winner is on
   std::vector<int> shards;             // parameter servers' shard counts; empty: each strategy's own
+  std::vector<int> batches;            // batch_per_worker values; empty: each strategy's own
   FILE* progress = stdout;             // nullptr: silent
 };
 
@@ -70,6 +71,8 @@ struct GridAxes {
 GridAxes gridAxes(const spec::Recipe& base, const TuneOptions& options);
 // The shard counts tried for a strategy: --tune_shards for a parameter server, else its own.
 std::vector<int> shardGrid(const spec::StrategySpec& strategy, const TuneOptions& options);
+// The batch sizes tried for a strategy: --tune_batch, else its own.
+std::vector<int> batchGrid(const spec::StrategySpec& strategy, const TuneOptions& options);
 // The spec of one tuning run: only `label`, with `recipe` and `shards`, no chaos, no sweep, that seed.
 spec::ExperimentSpec pointSpec(const spec::ExperimentSpec& base, const std::string& label, const spec::Recipe& recipe,
                                int shards, int64_t seed);

@@ -50,13 +50,17 @@ TEST(TuneEndToEnd, EachStrategyGetsItsLowestScoringRecipeAndTheTuneResumes) {
   std::istringstream csv(readFile(dir + "/out/tune.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards");
+  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker");
+  auto base = spec::loadExperimentSpec(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
+  ASSERT_TRUE(base.isOk()) << base.status().toString();
   int rows = 0;
   while (std::getline(csv, line)) {
     auto f = split(line);
-    ASSERT_EQ(f.size(), 8u) << line;
-    // Without --tune_shards the parameter server keeps its own shard; mirrored has none.
+    ASSERT_EQ(f.size(), 9u) << line;
+    // Without --tune_shards the parameter server keeps its own shard; mirrored has none. Without
+    // --tune_batch every run has the spec's batch.
     EXPECT_EQ(f[7], f[1] == "parameter_server" ? "1" : "") << line;
+    EXPECT_EQ(f[8], std::to_string(base->training.batch_per_worker)) << line;
     score[f[0]][std::stod(f[2])] = f[6] == "true" ? std::stod(f[5]) : time_limit;
     ++rows;
   }

@@ -1,5 +1,5 @@
-// The tune grid's shard axis: a parameter server's shard count is tuned like its learning rate, mirrored has
-// none, and a point's spec carries the shards it was run with.
+// The tune grid's axes: a parameter server's shard count is tuned like its learning rate (mirrored has none),
+// the batch size is an axis of every strategy, the grid grows past an edge, and ties go to the simpler recipe.
 
 #include <gtest/gtest.h>
 
@@ -130,6 +130,42 @@ TEST(TuneGrid, ATieWithinTheNoiseGoesToTheSimplerRecipeAndSaysSo) {
   out = runTune(o, std::ref(apart));
   ASSERT_TRUE(out.isOk());
   EXPECT_DOUBLE_EQ(out->strategies[0].recipes[out->strategies[0].winner].recipe.momentum, 0.9);
+}
+
+// Batch size is an axis of every strategy: the best (learning rate, batch) pair is found together (here the
+// larger batch wants the larger learning rate), it reaches tuned.yaml, and tune.csv has the batch of each run.
+TEST(TuneGrid, BatchIsAnAxisTunedWithTheLearningRate) {
+  FakeRuns runs{[](const spec::Recipe& r, int64_t) {
+    return 5 + std::abs(std::log2(r.learning_rate / (0.1 * r.batch_per_worker / 64))) +
+           (r.batch_per_worker == 128 ? 0 : 1);
+  }};
+  TuneOptions o = optionsIn("batch");
+  o.learning_rates = {0.1, 0.2};
+  o.momenta = {0.9};
+  o.seeds = {1};
+  o.batches = {64, 128};
+  o.grow = 0;
+  auto out = runTune(o, std::ref(runs));
+  ASSERT_TRUE(out.isOk()) << out.status().toString();
+  for (const StrategyTuning& t : out->strategies) {
+    SCOPED_TRACE(t.label);
+    EXPECT_EQ(t.recipes.size(), 4u) << "2 learning rates x 2 batch sizes";
+    EXPECT_EQ(t.recipes[t.winner].recipe.batch_per_worker, 128);
+    EXPECT_DOUBLE_EQ(t.recipes[t.winner].recipe.learning_rate, 0.2);
+  }
+  EXPECT_EQ(shardGrid(spec::StrategySpec{}, o).size(), 1u) << "the batch axis adds no shards";
+  auto tuned = spec::loadExperimentSpec(o.out_dir + "/tuned.yaml");
+  ASSERT_TRUE(tuned.isOk()) << tuned.status().toString();
+  for (const auto& st : tuned->strategies) EXPECT_EQ(st.recipe.batch_per_worker, 128) << st.label;
+  std::ifstream csv(o.out_dir + "/tune.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header.substr(header.rfind(',') + 1), "batch_per_worker");
+  int with_128 = 0;
+  for (std::string line; std::getline(csv, line);) with_128 += line.ends_with(",128");
+  EXPECT_EQ(with_128, 2 * int(out->strategies.size())) << "two learning rates at batch 128 per strategy";
+  EXPECT_FALSE(runTune([&] { TuneOptions bad = optionsIn("batch-bad"); bad.batches = {0}; return bad; }(),
+                       std::ref(runs)).isOk());
 }
 
 }  // namespace
