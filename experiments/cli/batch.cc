@@ -18,6 +18,10 @@ DEFINE_double(wait_quiet_s, 0, "before each run, wait up to this long for the CP
 namespace chaosbed::cli {
 
 std::unique_ptr<Batch> Batch::open(const char* command, const std::string& spec_path, int* exit_code) {
+  if (fileMissing(command, spec_path)) {
+    *exit_code = kExitUsage;
+    return nullptr;
+  }
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(spec_path, {}, &diagnostics);
   if (!spec) {
@@ -30,7 +34,7 @@ std::unique_ptr<Batch> Batch::open(const char* command, const std::string& spec_
   Batch* self = b.get();
   auto watcher = chaos::StopSignalWatcher::start([self](int) { self->interrupted_ = true; });
   if (!watcher.isOk()) {
-    std::fprintf(stderr, "chaosbed %s: %s\n", command, watcher.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed %s: %s\n", command, watcher.status().message().c_str());
     *exit_code = kExitInfrastructure;
     return nullptr;
   }
@@ -41,6 +45,7 @@ std::unique_ptr<Batch> Batch::open(const char* command, const std::string& spec_
 sweep::PointRunner Batch::runner(FILE* progress) {
   return [this, progress](const spec::ExperimentSpec& point, const std::string& dir) -> Result<bool> {
     if (interrupted_) return Status::cancelled("interrupted");
+    // A machine still busy after the wait runs the point anyway: its provenance says it was not quiet.
     if (FLAGS_wait_quiet_s > 0) (void)run::waitForQuiet(FLAGS_wait_quiet_s, stdout);
     run::ExperimentOptions ro;
     ro.out_dir = dir;

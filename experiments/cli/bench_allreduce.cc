@@ -115,7 +115,7 @@ void print(const std::vector<Row>& rows, int ranks, const std::string& transport
 // One rank, in a forked child: returns the process exit code. Rank 0 prints the results.
 int runRank(int rank, int ranks, const std::string& store_address, const Secret& secret, const std::vector<size_t>& sizes) {
   auto fail = [rank](const Status& s) {
-    std::fprintf(stderr, "chaosbed bench allreduce: rank %d: %s\n", rank, s.toString().c_str());
+    std::fprintf(stderr, "chaosbed bench allreduce: rank %d: %s\n", rank, s.message().c_str());
     return kExitInfrastructure;
   };
   auto store = connectStore(store_address, secret, deadlineIn(seconds(10)));

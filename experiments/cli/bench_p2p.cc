@@ -96,7 +96,7 @@ Result<std::vector<Row>> measure(Transport& t, const std::vector<size_t>& sizes)
 int runRank(int rank, const std::string& store_address, const Secret& secret, const std::vector<size_t>& sizes) {
   auto store = connectStore(store_address, secret, deadlineIn(seconds(10)));
   if (!store.isOk()) {
-    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, store.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, store.status().message().c_str());
     return kExitInfrastructure;
   }
   UcxOptions options;
@@ -107,12 +107,12 @@ int runRank(int rank, const std::string& store_address, const Secret& secret, co
   options.shared_memory = benchSharedMemory();
   auto transport = createUcxTransport(**store, options);
   if (!transport.isOk()) {
-    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, transport.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, transport.status().message().c_str());
     return kExitInfrastructure;
   }
   auto rows = measure(**transport, sizes);
   if (!rows.isOk()) {
-    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, rows.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed bench p2p: rank %d: %s\n", rank, rows.status().message().c_str());
     return kExitInfrastructure;
   }
   if (rank != 0) return kExitPass;

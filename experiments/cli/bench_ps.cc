@@ -109,7 +109,7 @@ void actAsEvaluator(Transport& transport, SnapshotReceiver& shards, Deadline unt
 int runNode(const Setup& s, int rank, Store& store, const Secret& secret) {
   const std::string node = nodeName(s, rank);
   auto fail = [&node](const Status& st) {
-    std::fprintf(stderr, "chaosbed bench ps: %s: %s\n", node.c_str(), st.toString().c_str());
+    std::fprintf(stderr, "chaosbed bench ps: %s: %s\n", node.c_str(), st.message().c_str());
     return kExitInfrastructure;
   };
   // One BLAS thread, as a training node runs (runNodeProcess): OpenBLAS's idle threads spin on sched_yield,
@@ -201,7 +201,7 @@ Result<std::vector<Reading>> readWorkers(const Setup& s, Store& store, const con
 // and writes each worker's pushes/s, as JSON, to `row_file` for the parent.
 int runCoordinator(const Setup& s, int rank, Store& store, const Secret& secret, const std::string& row_file) {
   auto fail = [](const Status& st) {
-    std::fprintf(stderr, "chaosbed bench ps: coordinator: %s\n", st.toString().c_str());
+    std::fprintf(stderr, "chaosbed bench ps: coordinator: %s\n", st.message().c_str());
     return kExitInfrastructure;
   };
   UcxOptions ucx;
@@ -231,7 +231,7 @@ int runCoordinator(const Setup& s, int rank, Store& store, const Secret& secret,
   actAsEvaluator(**transport, shards, deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(duration<double>(FLAGS_bench_ps_s))));
   auto second = readWorkers(s, store, workers);
   auto cpu_after = nodesCpuSeconds(s, store, keys);
-  (void)store.set(workers.stop(), "bench done");
+  (void)store.set(workers.stop(), "bench done");  // nodes that miss it are stopped with the launcher
   if (!second.isOk()) return fail(second.status());
   if (!cpu_before.isOk() || !cpu_after.isOk()) return fail(cpu_before.isOk() ? cpu_after.status() : cpu_before.status());
   std::vector<double> per_worker;
@@ -357,7 +357,7 @@ int runBenchPs(int argc, char** argv) {
     s.workers = n;
     auto server = serverBoundRate(s);
     if (!server.isOk()) {
-      std::fprintf(stderr, "%s: %s\n", who, server.status().toString().c_str());
+      std::fprintf(stderr, "%s: %s\n", who, server.status().message().c_str());
       code = kExitInfrastructure;
       break;
     }
@@ -368,7 +368,7 @@ int runBenchPs(int argc, char** argv) {
       ::dup2(STDERR_FILENO, STDOUT_FILENO);
       auto store = connectStore(address, secret, deadlineIn(seconds(10)));
       if (!store.isOk()) {
-        std::fprintf(stderr, "%s: rank %d: %s\n", who, rank, store.status().toString().c_str());
+        std::fprintf(stderr, "%s: rank %d: %s\n", who, rank, store.status().message().c_str());
         return kExitInfrastructure;
       }
       return rank == n + s.shards ? runCoordinator(s, rank, **store, secret, row_file) : runNode(s, rank, **store, secret);

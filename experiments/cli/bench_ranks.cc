@@ -46,7 +46,7 @@ int runRanks(const char* who, int ranks, const std::function<int(int rank, const
   std::fflush(stdout);
   auto secret = Secret::generate();
   if (!secret.isOk()) {
-    std::fprintf(stderr, "%s: %s\n", who, secret.status().toString().c_str());
+    std::fprintf(stderr, "%s: %s\n", who, secret.status().message().c_str());
     return kExitInfrastructure;
   }
   std::vector<pid_t> pids;
@@ -87,7 +87,7 @@ int runRanks(const char* who, int ranks, const std::function<int(int rank, const
 
   auto server = startStoreServer("127.0.0.1:0", *secret);
   if (!server.isOk()) {
-    std::fprintf(stderr, "%s: %s\n", who, server.status().toString().c_str());
+    std::fprintf(stderr, "%s: %s\n", who, server.status().message().c_str());
     killAll(-1);
   }
   const std::string address = server.isOk() ? (*server)->address() : std::string();

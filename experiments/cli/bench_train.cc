@@ -69,13 +69,13 @@ int runBenchTrain(int argc, char** argv) {
   openblas_set_num_threads(1);
   auto created = model::create(*kind, *layers, batch);
   if (!created.isOk()) {
-    std::fprintf(stderr, "chaosbed bench train: %s\n", created.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed bench train: %s\n", created.status().message().c_str());
     return kExitUsage;
   }
   model::Model& net = **created;
   auto sgd = optim::Sgd::create({.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f}, net.numParameters());
   if (!sgd.isOk()) {
-    std::fprintf(stderr, "chaosbed bench train: %s\n", sgd.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed bench train: %s\n", sgd.status().message().c_str());
     return kExitUsage;
   }
   net.initialize(1);

@@ -60,6 +60,7 @@ int usage() {
 // Reads the parts of a spec that a plan needs (seed, cluster shape, time limit, chaos section) with the
 // config reader directly, so that `chaos plan` does not depend on the full experiment parser.
 int planCommand(const std::string& path) {
+  if (fileMissing("chaos plan", path)) return kExitUsage;
   config::Diagnostics diags;
   std::optional<YAML::Node> doc = config::loadYamlFile(path, &diags);
   if (!doc) {
@@ -119,6 +120,11 @@ void sleepUntil(int64_t t0, double s) {
 }
 
 int benchCommand() {
+  // A step that did not happen would make its figure wrong: say which, and stop.
+  const auto failed = [](const std::string& what) {
+    std::fprintf(stderr, "chaos bench: %s\n", what.c_str());
+    return kExitInfrastructure;
+  };
   CgroupSupport support = probeCgroups();
   if (!support.cpu || !support.freezer) {
     std::fprintf(stderr, "chaos bench: needs the cgroup cpu controller and freezer: %s\n", support.why_not.c_str());
@@ -135,7 +141,7 @@ int benchCommand() {
   };
   Result<std::unique_ptr<chaos::LocalCluster>> cluster = chaos::LocalCluster::start(nodes, body, {group, 1.0});
   if (!cluster.isOk()) {
-    std::fprintf(stderr, "chaos bench: %s\n", cluster.status().toString().c_str());
+    std::fprintf(stderr, "chaos bench: %s\n", cluster.status().message().c_str());
     return kExitInfrastructure;
   }
   chaos::LocalCluster& c = **cluster;
@@ -163,14 +169,14 @@ int benchCommand() {
     chaos::ActuatorSet acts(c, {});
     chaos::Controller ctl(std::move(plan), c, acts.map(), {});
     if (Status s = ctl.start(); !s.isOk()) {
-      std::fprintf(stderr, "chaos bench: %s\n", s.toString().c_str());
+      std::fprintf(stderr, "chaos bench: %s\n", s.message().c_str());
       return kExitInfrastructure;
     }
     if (!ctl.waitProcessed(end, std::chrono::milliseconds(static_cast<int64_t>(end * 1000) + 10000))) {
       std::fprintf(stderr, "chaos bench: the plan did not finish in time\n");
       return kExitInfrastructure;
     }
-    (void)ctl.stop();
+    if (Status s = ctl.stop(); !s.isOk()) return failed(s.message());
     std::vector<int64_t> d = ctl.injectionDelaysNs();
     out["injection_delay_ms"] = {{"faults", d.size()}, {"p50", percentile(d, 0.5)}, {"p99", percentile(d, 0.99)},
                                  {"max", percentile(d, 1.0)}, {"leaks", ctl.leakCount()}};
@@ -200,14 +206,14 @@ int benchCommand() {
     plan.actions.push_back({0.0, chaos::ActionType::kApply, 0, "worker-0", std::nullopt});
     chaos::ActuatorSet acts(c, {});
     chaos::Controller ctl(std::move(plan), c, acts.map(), {});
-    if (Status s = ctl.start(); !s.isOk()) return kExitInfrastructure;
-    (void)ctl.waitProcessed(0.0, std::chrono::seconds(5));
+    if (Status s = ctl.start(); !s.isOk()) return failed(s.message());
+    if (!ctl.waitProcessed(0.0, std::chrono::seconds(5))) return failed("the action at 0.0 s was not done within 5 s");
     const int64_t t0 = monoNs();
     sleepUntil(t0, 0.3);  // let the quota period settle
     const int64_t c0 = cpuNs(c.pid("worker-0")), w0 = monoNs();
     sleepUntil(w0, 2.0);
     const int64_t c1 = cpuNs(c.pid("worker-0")), w1 = monoNs();
-    (void)ctl.stop();
+    if (Status s = ctl.stop(); !s.isOk()) return failed(s.message());
     const double measured = static_cast<double>(c1 - c0) / static_cast<double>(w1 - w0);
     const double expected = std::min(f, baseline);
     out["slow"].push_back({{"cpu_fraction", f}, {"measured_cores", measured}, {"expected_cores", expected},
@@ -229,15 +235,15 @@ int benchCommand() {
     plan.actions.push_back({1.0, chaos::ActionType::kRevert, 0, "worker-1", std::nullopt});
     chaos::ActuatorSet acts(c, {});
     chaos::Controller ctl(std::move(plan), c, acts.map(), {});
-    if (Status s = ctl.start(); !s.isOk()) return kExitInfrastructure;
-    (void)ctl.waitProcessed(0.0, std::chrono::seconds(5));
+    if (Status s = ctl.start(); !s.isOk()) return failed(s.message());
+    if (!ctl.waitProcessed(0.0, std::chrono::seconds(5))) return failed("the action at 0.0 s was not done within 5 s");
     const uint64_t p0 = counters[1].load();
     sleepUntil(monoNs(), 0.8);
     const uint64_t p1 = counters[1].load();
-    (void)ctl.waitProcessed(1.0, std::chrono::seconds(5));
+    if (!ctl.waitProcessed(1.0, std::chrono::seconds(5))) return failed("the action at 1.0 s was not done within 5 s");
     sleepUntil(monoNs(), 0.2);
     const uint64_t p2 = counters[1].load();
-    (void)ctl.stop();
+    if (Status s = ctl.stop(); !s.isOk()) return failed(s.message());
     out["pause"] = {{"progress_while_paused", p1 - p0}, {"progress_after", p2 - p1}};
     std::printf("pause: progress while paused %llu, in 0.2 s after resume %llu\n",
                 static_cast<unsigned long long>(p1 - p0), static_cast<unsigned long long>(p2 - p1));
@@ -246,7 +252,7 @@ int benchCommand() {
   if (!FLAGS_bench_json.empty()) {
     Status s = writeFileAtomically(FLAGS_bench_json, out.dump(2) + "\n");
     if (!s.isOk()) {
-      std::fprintf(stderr, "chaos bench: %s\n", s.toString().c_str());
+      std::fprintf(stderr, "chaos bench: %s\n", s.message().c_str());
       return kExitInfrastructure;
     }
   }
@@ -269,7 +275,7 @@ int runChaosHeal(int argc, char**) {
   if (argc != 1) return usage();
   auto root = chaos::hostStateRoot();
   if (!root.isOk()) {
-    std::fprintf(stderr, "chaosbed chaos heal: %s\n", root.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed chaos heal: %s\n", root.status().message().c_str());
     return kExitInfrastructure;
   }
   const chaos::HealReport r = chaos::healDeadRuns(*root);

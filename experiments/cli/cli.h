@@ -4,6 +4,7 @@
 // that names them, with the flags each accepts.
 
 #include <span>
+#include <string>
 
 #include "experiments/cli/command_line.h"
 
@@ -21,6 +22,10 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInvalidSpec = 3;
 inline constexpr int kExitInfrastructure = 4;
 inline constexpr int kExitInterrupted = 130;  // SIGINT; 143 for SIGTERM
+
+// A spec or suite file that is not there is a usage error (exit kExitUsage), not an invalid spec: true after
+// "chaosbed COMMAND: PATH: No such file or directory" on stderr (commands.cc).
+bool fileMissing(const char* command, const std::string& path);
 
 // `chaosbed validate SPEC...` (validate.cc): "ok: FILE" per valid spec, else every problem on stderr; exit 3.
 int validate(int argc, char** argv);

@@ -7,8 +7,20 @@
 #include <set>
 #include <sstream>
 
+#include "experiments/run/provenance.h"
+
 namespace chaosbed::cli {
 namespace {
+
+std::vector<std::string> splitLines(std::string_view text) {
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    lines.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
 
 std::vector<std::string> splitList(std::string_view list) {
   std::vector<std::string> out;
@@ -95,6 +107,20 @@ struct RawFlag {
 
 }  // namespace
 
+std::string unknownCommandMessage(std::span<const Command> table, const std::string& group, const std::string& word) {
+  const std::string prefix = group.empty() ? "" : group + " ";
+  std::vector<std::string> words;  // the word after the group of each command in it
+  for (const Command& c : table) {
+    if (c.name.size() <= prefix.size() || !c.name.starts_with(prefix)) continue;
+    const std::string rest(c.name.substr(prefix.size()));
+    words.push_back(rest.substr(0, rest.find(' ')));
+  }
+  const std::string near = closest(word, words);
+  return "chaosbed: unknown command '" + prefix + word + "'" +
+         (near.empty() ? "" : " (did you mean '" + prefix + near + "'?)") + "; `chaosbed help" +
+         (group.empty() ? "` lists the commands" : " " + group + "` lists them");
+}
+
 int editDistance(std::string_view a, std::string_view b) {
   std::vector<int> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = int(j);
@@ -175,18 +201,13 @@ Result<CommandLine> parseCommandLine(std::span<const Command> table, int argc, c
   }
   line.command = findCommand(table, positional, &used);
   if (!positional.empty() && line.command == nullptr)
-    return Status::invalidArgument("chaosbed: unknown command '" + positional[0] + "'; `chaosbed help` lists the commands");
+    return Status::invalidArgument(unknownCommandMessage(table, "", positional[0]));
   line.args.assign(positional.begin() + std::ptrdiff_t(used), positional.end());
   if (line.want == CommandLine::Want::kHelp && line.command && !line.args.empty()) {
     // `chaosbed help bench trian`: a sub-command that does not exist is an error, not the group's help.
-    bool group = false;
-    for (const Command& c : table)
-      if (c.name.size() > line.command->name.size() && c.name.substr(0, line.command->name.size() + 1) ==
-                                                             std::string(line.command->name) + " ")
-        group = true;
-    if (group)
-      return Status::invalidArgument("chaosbed: unknown command '" + std::string(line.command->name) + " " + line.args[0] +
-                                     "'; `chaosbed help " + std::string(line.command->name) + "` lists them");
+    const std::string prefix = std::string(line.command->name) + " ";
+    if (std::any_of(table.begin(), table.end(), [&](const Command& c) { return c.name.starts_with(prefix); }))
+      return Status::invalidArgument(unknownCommandMessage(table, std::string(line.command->name), line.args[0]));
   }
 
   const std::set<std::string> ours = chaosbedFlags(table);
@@ -295,6 +316,10 @@ std::string commandHelp(std::span<const Command> table, const Command& command) 
     out += "\nflags:\n";
     for (const std::string& f : flags) out += flagLine(f);
   }
+  if (!command.examples.empty()) {
+    out += "\nexamples:\n";
+    for (const std::string& line : splitLines(command.examples)) out += "  " + line + "\n";
+  }
   return out;
 }
 
@@ -347,8 +372,10 @@ std::string manPage(std::span<const Command> table) {
     if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out = "\\&" + out;
     return out;
   };
+  const run::BuildInfo build = run::buildInfo();
   std::ostringstream o;
-  o << ".TH CHAOSBED 1\n.SH NAME\nchaosbed \\- fault\\-injection testbed for distributed training\n"
+  o << ".TH CHAOSBED 1 \"" << build.date << "\" \"chaosbed " << build.version << "\" \"User Commands\"\n";
+  o << ".SH NAME\nchaosbed \\- fault\\-injection testbed for distributed training\n"
        ".SH SYNOPSIS\n.B chaosbed\n.I COMMAND\n[ARGS] [\\-\\-flags]\n.SH DESCRIPTION\n"
        "chaosbed trains a model with several distribution strategies, each node its own process, while a chaos "
        "controller kills, preempts, pauses and throttles nodes and links on a seeded schedule, and reports "
@@ -363,8 +390,33 @@ std::string manPage(std::span<const Command> table) {
       o << ".RS\n.TP\n.B \\-\\-" << roff(f) << "\n" << roff(info.description) << "\n.RE\n";
     }
   }
-  o << ".SH EXIT STATUS\n0 pass, 1 an assertion failed, 2 usage error, 3 invalid spec, 4 infrastructure error, "
-       "130 or 143 interrupted.\n.SH SEE ALSO\nThe repository's README.md and docs/design.md.\n";
+  o << ".SH EXIT STATUS\n0 pass, 1 an assertion failed, 2 usage error (a flag, a command, or a file that is not "
+       "there), 3 invalid spec, 4 infrastructure error, 130 or 143 interrupted.\n"
+       ".SH ENVIRONMENT\n"
+       ".TP\n.B UCX_TLS\nthe UCX transports the nodes may use; shared\\-memory ones are taken out where nodes "
+       "talk over the (emulated) network, and a list of only those is refused.\n"
+       ".TP\n.B UCX_NET_DEVICES\nthe network devices for UCX; a spec's own device choice takes precedence, with a "
+       "warning.\n"
+       ".TP\n.B UCX_RNDV_THRESH\nwhen set, replaces the rendezvous threshold chaosbed would choose.\n"
+       ".TP\n.B XDG_RUNTIME_DIR\nwhere a run that is not root keeps its chaos state and announces its metrics "
+       "endpoint (chaosbed/ and chaosbed\\-targets/ under it).\n"
+       ".SH FILES\n"
+       ".TP\n.I results/<experiment>/<run>/\na run's results directory (under the spec's output.dir): summary.json, "
+       "timeseries.csv, events.jsonl, report.html and each node's log.\n"
+       ".TP\n.I /run/chaosbed/\nthe chaos controller's state as root: what is applied, for a heal after a crash "
+       "(\\fBchaosbed chaos heal\\fR).\n"
+       ".TP\n.I /run/chaosbed\\-targets/\nPrometheus file_sd announcements of running experiments, as root.\n"
+       ".TP\n.I /sys/fs/cgroup/chaosbed/\nthe nodes' cgroups (CPU quotas, freezing), removed when a run ends.\n"
+       ".SH EXAMPLES\n"
+       "Run the default scenario and read its verdict:\n.PP\n.RS\n"
+       "chaosbed run experiments/scenarios/default.yaml\n.RE\n.PP\n"
+       "Check a spec without running it, with one field changed:\n.PP\n.RS\n"
+       "chaosbed validate my.yaml \\-\\-set cluster.workers=8\n.RE\n.PP\n"
+       "A sweep with seeds added until each ratio is within 10% or decided:\n.PP\n.RS\n"
+       "chaosbed sweep experiments/scenarios/sweep\\-preemption.yaml \\-\\-seeds auto \\-\\-out /tmp/sweep\n.RE\n.PP\n"
+       "The nightly suite with a JUnit file:\n.PP\n.RS\n"
+       "chaosbed suite experiments/suites/nightly.yaml \\-\\-junit nightly.xml\n.RE\n"
+       ".SH SEE ALSO\nThe repository's README.md and docs/design.md.\n";
   return o.str();
 }
 

@@ -22,6 +22,7 @@ struct Command {
   // Runs the command: argv[0] is the last word of `name`, then the positional arguments.
   int (*run)(int argc, char** argv) = nullptr;
   bool hidden = false;  // started by chaosbed itself (nodes, the chaos agent), not by people
+  std::string_view examples = {};  // command lines that work from the repository's root, one per line
 };
 
 // What a command line asks for.
@@ -57,5 +58,9 @@ std::vector<std::string> commandFlags(const Command& command);
 
 // The edit distance between two flag names, for "did you mean".
 int editDistance(std::string_view a, std::string_view b);
+
+// "chaosbed: unknown command 'GROUP WORD'; did you mean 'GROUP NEAR'? ..." for a word that names no command
+// (group "" for the first word, else the words before it).
+std::string unknownCommandMessage(std::span<const Command> table, const std::string& group, const std::string& word);
 
 }  // namespace chaosbed::cli

@@ -35,7 +35,7 @@ int runNoise(int argc, char** argv) {
   auto outcome = sweep::runNoise(options, batch->runner(nullptr));
   if (batch->interrupted()) return batch->interruptedExitCode();
   if (!outcome.isOk()) {
-    std::fprintf(stderr, "chaosbed noise: %s: %s\n", argv[1], outcome.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed noise: %s: %s\n", argv[1], outcome.status().message().c_str());
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   }
   std::printf("noise: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);

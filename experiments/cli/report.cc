@@ -14,7 +14,7 @@ int runReport(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   if (Status s = report::writeReport(dir); !s.isOk()) {
-    std::fprintf(stderr, "chaosbed report: %s\n", s.toString().c_str());
+    std::fprintf(stderr, "chaosbed report: %s\n", s.message().c_str());
     // A missing summary.json means DIR is not a results directory (usage); a malformed one is bad input.
     if (s.code() == StatusCode::kNotFound) return kExitUsage;
     return s.code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;

@@ -75,6 +75,7 @@ int runExperiment(int argc, char** argv) {
       std::fprintf(stderr, "chaosbed run: %s\n", s.message().c_str());
       return kExitUsage;
     }
+  if (fileMissing("run", argv[1])) return kExitUsage;
   config::Diagnostics diagnostics;
   auto spec = spec::readExperimentSpec(argv[1], repeatedFlag("set"), &diagnostics);
   if (spec) spec::checkDataFiles(argv[1], *spec, &diagnostics);
@@ -85,7 +86,7 @@ int runExperiment(int argc, char** argv) {
   std::atomic<bool> interrupted{false};
   auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
   if (!watcher.isOk()) {
-    std::fprintf(stderr, "chaosbed run: %s\n", watcher.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed run: %s\n", watcher.status().message().c_str());
     return kExitInfrastructure;
   }
   run::ExperimentOptions options;
@@ -100,7 +101,7 @@ int runExperiment(int argc, char** argv) {
   auto outcome = run::runExperiment(*spec, options);
   if (interrupted) return (*watcher)->received() == SIGTERM ? 143 : kExitInterrupted;
   if (!outcome.isOk()) {
-    std::fprintf(stderr, "chaosbed run: %s: %s\n", argv[1], outcome.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed run: %s: %s\n", argv[1], outcome.status().message().c_str());
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   }
   return kExitPass;

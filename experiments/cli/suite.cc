@@ -30,6 +30,7 @@ int runSuite(int argc, char** argv) {
     return kExitUsage;
   }
   if (!checkMetricsFlags("suite")) return kExitUsage;
+  if (fileMissing("suite", argv[1])) return kExitUsage;
   config::Diagnostics diagnostics;
   auto suite = suite::readSuite(argv[1], &diagnostics);
   if (!suite) {
@@ -39,7 +40,7 @@ int runSuite(int argc, char** argv) {
   std::atomic<bool> interrupted{false};
   auto watcher = chaos::StopSignalWatcher::start([&](int) { interrupted = true; });
   if (!watcher.isOk()) {
-    std::fprintf(stderr, "chaosbed suite: %s\n", watcher.status().toString().c_str());
+    std::fprintf(stderr, "chaosbed suite: %s\n", watcher.status().message().c_str());
     return kExitInfrastructure;
   }
   std::string out_dir = FLAGS_out;
@@ -47,7 +48,7 @@ int runSuite(int argc, char** argv) {
     std::string run_id;
     auto dir = run::makeResultsDir("results/suites", suite->name, &run_id);
     if (!dir.isOk()) {
-      std::fprintf(stderr, "chaosbed suite: %s\n", dir.status().toString().c_str());
+      std::fprintf(stderr, "chaosbed suite: %s\n", dir.status().message().c_str());
       return kExitInfrastructure;
     }
     out_dir = *dir;
@@ -73,7 +74,7 @@ int runSuite(int argc, char** argv) {
   suite::SuiteOutcome outcome = suite::runSuite(*suite, out_dir, runner, stdout);
   if (!FLAGS_junit.empty()) {
     if (Status s = writeFileAtomically(FLAGS_junit, suite::junitXml(suite->name, outcome.results)); !s.isOk()) {
-      std::fprintf(stderr, "chaosbed suite: %s\n", s.toString().c_str());
+      std::fprintf(stderr, "chaosbed suite: %s\n", s.message().c_str());
       return kExitInfrastructure;
     }
   }

@@ -56,7 +56,7 @@ int usageError(const std::string& what) {
 
 // A failure after the flags and the data were validated: a bug or a broken environment, not a usage error.
 int internalError(const Status& status) {
-  std::fprintf(stderr, "chaosbed train: %s\n", status.toString().c_str());
+  std::fprintf(stderr, "chaosbed train: %s\n", status.message().c_str());
   return kExitInfrastructure;
 }
 
@@ -101,7 +101,7 @@ int runTrain(int argc, char** argv) {
   auto data = loadData();
   if (!data.isOk()) {
     std::fprintf(stderr, "chaosbed train: cannot load the %s dataset: %s\n", FLAGS_dataset.c_str(),
-                 data.status().toString().c_str());
+                 data.status().message().c_str());
     if (data.status().code() == StatusCode::kNotFound)
       std::fprintf(stderr, "chaosbed train: run scripts/install-deps.sh (Debian package dataset-fashion-mnist) "
                            "or point --data_dir at the IDX files\n");
@@ -181,7 +181,7 @@ int runTrain(int argc, char** argv) {
       return internalError(s);
   }
   if (Status s = ev.drain(deadlineIn(kDrainTimeout)); !s.isOk()) {
-    std::fprintf(stderr, "chaosbed train: evaluation failed: %s\n", s.toString().c_str());
+    std::fprintf(stderr, "chaosbed train: evaluation failed: %s\n", s.message().c_str());
     return kExitInfrastructure;
   }
   const std::optional<double> tta = ev.timeToAccuracy();

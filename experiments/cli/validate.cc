@@ -31,12 +31,16 @@ int validate(int argc, char** argv) {
                  "usage: chaosbed validate SPEC.yaml...\n"
                  "Checks each experiment spec (kind: Experiment) or suite (kind: Suite, with the scenario specs it\n"
                  "names) and prints `ok: FILE`, or every problem as `file:line:col: field: message` on stderr\n"
-                 "(exit %d).\n",
-                 kExitInvalidSpec);
+                 "(exit %d; a file that is not there: exit %d).\n",
+                 kExitInvalidSpec, kExitUsage);
     return kExitUsage;
   }
   int exit_code = kExitPass;
   for (int i = 1; i < argc; ++i) {
+    if (fileMissing("validate", argv[i])) {
+      if (exit_code == kExitPass) exit_code = kExitUsage;  // an invalid spec among them says more
+      continue;
+    }
     config::Diagnostics diagnostics;
     bool ok = false;
     if (isSuite(argv[i])) {

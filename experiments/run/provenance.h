@@ -21,6 +21,7 @@ struct BuildInfo {
   const char* version;
   const char* commit;  // "unknown" without git
   bool dirty;          // the tree had uncommitted changes to tracked files
+  const char* date;    // the commit's date, YYYY-MM-DD ("unknown" without git)
 };
 BuildInfo buildInfo();  // generated at build time
 

@@ -53,7 +53,8 @@ Status writeSummary(const std::string& dir, const spec::ExperimentSpec& spec,
                        {"time_scale", r.time_scale}, {"expected_per_run", r.expected_per_run}, {"mtbf_s", r.mtbf_s}});
   nlohmann::json strategies = nlohmann::json::object();
   for (const auto& r : results) strategies[r.label] = r.toJson();
-  nlohmann::json j = {{"experiment", spec.metadata.name},
+  nlohmann::json j = {{"summary_version", kSummaryVersion},
+                      {"experiment", spec.metadata.name},
                       {"seed", spec.seed},
                       {"target_accuracy", spec.training.target_accuracy},
                       {"transport", spec::name(spec.cluster.transport)},

@@ -71,6 +71,9 @@ inline constexpr double kTtaResolutionLimit = 0.02;
 // (tta_resolution_s / tta_sustained_seconds); summary.json has it as tta_resolution_fraction.
 std::string resolutionWarnings(const std::vector<StrategyResult>& results);
 // What every report of a cluster.simulate run says: nothing was trained.
+// summary.json's `summary_version`: raised when a field is removed or changes meaning (an added field keeps
+// it), so that a reader of old results can tell which it holds.
+inline constexpr int kSummaryVersion = 1;
 inline constexpr const char* kSimulatedNote =
     "simulated nodes (cluster.simulate): the nodes exercised the control plane only and trained nothing; "
     "read control_plane, not accuracy or goodput";

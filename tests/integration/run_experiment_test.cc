@@ -13,6 +13,7 @@
 
 #include "chaosbed/config.h"
 #include "core/data/dataset.h"
+#include "experiments/run/results.h"
 #include "tests/testing/command.h"
 
 namespace chaosbed {
@@ -76,6 +77,7 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
 
   auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
   EXPECT_TRUE(summary["complete"].get<bool>());
+  EXPECT_EQ(summary.value("summary_version", 0), run::kSummaryVersion);
   for (const char* label : {"mirrored", "parameter_server"}) {
     SCOPED_TRACE(label);
     ASSERT_TRUE(summary["strategies"].contains(label)) << summary.dump(2);

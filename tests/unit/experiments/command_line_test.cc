@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "chaosbed/config.h"
 #include "experiments/cli/cli.h"
 #include "experiments/run/provenance.h"
 #include "tests/testing/command.h"
@@ -77,6 +79,21 @@ TEST(CommandLine, AMisspelledFlagIsAUsageErrorThatSuggestsTheFlag) {
   ASSERT_FALSE(line.isOk());
   EXPECT_NE(line.status().message().find("unknown flag --junt"), std::string::npos) << line.status().message();
   EXPECT_NE(line.status().message().find("did you mean --junit?"), std::string::npos) << line.status().message();
+}
+
+TEST(CommandLine, AMisspelledCommandSuggestsTheCommand) {
+  auto line = parse({"rn", "spec.yaml"});
+  ASSERT_FALSE(line.isOk());
+  EXPECT_NE(line.status().message().find("unknown command 'rn' (did you mean 'run'?)"), std::string::npos)
+      << line.status().message();
+  auto sub = parse({"help", "bench", "allredcue"});
+  ASSERT_FALSE(sub.isOk());
+  EXPECT_NE(sub.status().message().find("did you mean 'bench allreduce'?"), std::string::npos) << sub.status().message();
+  // Nothing near: no guess.
+  auto far = parse({"xyzzyplugh"});
+  ASSERT_FALSE(far.isOk());
+  EXPECT_EQ(far.status().message().find("did you mean"), std::string::npos) << far.status().message();
+  EXPECT_NE(far.status().message().find("`chaosbed help` lists the commands"), std::string::npos);
 }
 
 TEST(CommandLine, AFlagOfAnotherCommandDoesNotApply) {
@@ -174,12 +191,56 @@ TEST(CommandLine, HelpExitsZeroAndShowsOnlyTheCommandsOwnFlags) {
   EXPECT_NE(full.output.find("logtostderr"), std::string::npos);
 }
 
+// Every command people run shows examples in its help, and each example is a command line the parser
+// accepts for that command (its flags included).
+TEST(CommandLine, EveryCommandsHelpHasExamplesThatParse) {
+  for (const Command& c : commands()) {
+    if (c.hidden || c.run == nullptr || commandHelp(commands(), c).find("\ncommands:\n") != std::string::npos)
+      continue;  // nodes, and groups (whose help lists their commands)
+    ASSERT_FALSE(c.examples.empty()) << c.name << " has no examples";
+    const std::string first(c.examples.substr(0, c.examples.find('\n')));
+    EXPECT_NE(commandHelp(commands(), c).find("\nexamples:\n  " + first + "\n"), std::string::npos)
+        << commandHelp(commands(), c);
+    std::istringstream lines{std::string(c.examples)};
+    for (std::string line; std::getline(lines, line);) {
+      // The command line itself, without what the shell adds around it.
+      std::string cmd = line.substr(line.find("chaosbed "));
+      cmd = cmd.substr(0, cmd.find_first_of(")>&|"));
+      std::vector<std::string> words;
+      std::istringstream in(cmd);
+      for (std::string w; in >> w;) words.push_back(w.size() > 1 && w.front() == '"' ? w.substr(1, w.size() - 2) : w);
+      words.erase(words.begin());  // "chaosbed"
+      auto parsed = parse(words);
+      ASSERT_TRUE(parsed.isOk()) << line << ": " << parsed.status().message();
+      if (c.name != "help") {  // help's examples name other commands
+        EXPECT_EQ(parsed->command->name, c.name) << line;
+      }
+    }
+  }
+}
+
 TEST(CommandLine, UsageErrorsExitTwo) {
   EXPECT_EQ(runBinary({"run", "--bogus", "x.yaml"}).code, 2);
   EXPECT_EQ(runBinary({"suite", "x.yaml", "--junt", "x.xml"}).code, 2);
   EXPECT_EQ(runBinary({"run", "x.yaml", "--seed=3"}).code, 2);
   EXPECT_EQ(runBinary({"nosuchcommand"}).code, 2);
   EXPECT_EQ(runBinary({"bench"}).code, 2);
+  // A spec that is not there is a usage error, not an invalid spec (3), and the message names it.
+  const std::string missing = ::testing::TempDir() + "/no-such-spec.yaml";
+  for (const char* command : {"validate", "run", "sweep", "tune", "noise", "suite"}) {
+    Ran r = runBinary({command, missing});
+    EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+    EXPECT_NE(r.output.find(missing + ": No such file or directory"), std::string::npos) << command << ": " << r.output;
+  }
+  Ran plan = runBinary({"chaos", "plan", missing});
+  EXPECT_EQ(plan.code, 2) << plan.output;
+  // Not a results directory: said in plain words, without the status code's name.
+  const std::string empty = testing::makeTempDir("report");
+  ASSERT_FALSE(empty.empty());
+  Ran report = runBinary({"report", empty});
+  EXPECT_EQ(report.code, 2) << report.output;
+  EXPECT_NE(report.output.find("summary.json"), std::string::npos) << report.output;
+  EXPECT_EQ(report.output.find("NotFound"), std::string::npos) << report.output;
 }
 
 TEST(CommandLine, SetIsCheckedAsTheSpecIs) {
@@ -228,6 +289,12 @@ TEST(CommandLine, ManPageRendersWithoutWarnings) {
   EXPECT_EQ(code.value_or(-1), 0) << groff.output();
   EXPECT_EQ(groff.output(), "") << "groff warned";
   const std::string page = manPage(commands());
+  // The title line carries the date and version; the sections a man page is expected to have are there.
+  EXPECT_EQ(page.rfind(".TH CHAOSBED 1 \"", 0), 0u) << page.substr(0, 80);
+  EXPECT_NE(page.substr(0, page.find('\n')).find(std::string("\"chaosbed ") + CHAOSBED_VERSION + "\""), std::string::npos)
+      << page.substr(0, page.find('\n'));
+  for (const char* section : {".SH SYNOPSIS", ".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH FILES", ".SH EXAMPLES"})
+    EXPECT_NE(page.find(section), std::string::npos) << section;
   for (const Command& c : commands())
     if (!c.hidden) {
       EXPECT_NE(page.find(std::string(c.name)), std::string::npos) << c.name;

@@ -73,11 +73,14 @@ TEST_F(ValidateCli, InvalidSpecListsEveryErrorAndExits3) {
                        ":5:31: strategies[0].shards: applies only to parameter_server strategies\n");
 }
 
-TEST_F(ValidateCli, MissingFileExits3WithAClearMessage) {
+// A file that is not there is a usage error (2), not an invalid spec (3); the other files are still checked.
+TEST_F(ValidateCli, MissingFileExits2WithAClearMessage) {
   const std::string missing = (dir_ / "absent.yaml").string();
-  Outcome o = runValidate({missing});
-  EXPECT_EQ(o.code, kExitInvalidSpec);
-  EXPECT_EQ(o.err, missing + ": cannot read: No such file or directory\n");
+  const std::string good = (kScenarios / "default.yaml").string();
+  Outcome o = runValidate({missing, good});
+  EXPECT_EQ(o.code, kExitUsage);
+  EXPECT_EQ(o.err, "chaosbed validate: " + missing + ": No such file or directory\n");
+  EXPECT_EQ(o.out, "ok: " + good + "\n");
 }
 
 TEST_F(ValidateCli, SuiteFilesAreValidatedAsSuites) {
