@@ -2,7 +2,7 @@
 # Regenerates docs/findings/preemption-sweep.{md,csv,svg} from measurements alone: tunes each strategy's
 # recipe without faults (chaosbed tune), sweeps the tuned spec under Poisson preemptions (chaosbed sweep),
 # measures the tuned spec's no-fault spread (chaosbed noise), then writes the finding (bench/findings.py).
-# About an hour and a half on 2 cores; each step resumes what a previous invocation finished. It refuses a
+# About two and a half hours on 2 cores; each step resumes what a previous invocation finished. It refuses a
 # busy machine (bench/quiet.sh: CPU use over the last seconds, from /proc/stat) and waits for a quiet one
 # before each run (--wait_quiet_s), so every point starts quiet. Needs python3-matplotlib for the figure.
 # Usage: bench/preemption_finding.sh [WORK_DIR=/tmp/preemption-finding]   (CHAOSBED=path, default build/chaosbed)
