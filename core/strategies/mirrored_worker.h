@@ -145,10 +145,7 @@ class MirroredWorker {
   void resetToInitialState();
   // Time.
   bool timeUp() const;
-  Deadline collectiveDeadline() const {
-    return deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::duration<double>(cfg_.collective_timeout_s)));
-  }
+  Deadline collectiveDeadline() const { return chaosbed::collectiveDeadline(cfg_); }
   int64_t mySamplesAtStep(int64_t step) const;
   void resetSampleHistory();
 

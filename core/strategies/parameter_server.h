@@ -1,7 +1,7 @@
 #pragma once
 // The asynchronous parameter-server strategy (TensorFlow ParameterServerStrategy, Downpour SGD) and its
 // bounded-staleness variant (SSP): parameters sharded over the servers, workers pull, compute, push;
-// servers apply each push at once. See parameter_server.cc for the protocol.
+// servers apply each push at once. The protocol: ps_protocol.h; the sides: ps_server.cc and ps_worker.cc.
 
 #include <cstddef>
 #include <vector>

@@ -187,4 +187,9 @@ Result<data::DatasetSplits> loadDatasets(const TrainingConfig& config, Splits wh
 
 }  // namespace
 
+Deadline collectiveDeadline(const TrainingConfig& config) {
+  return deadlineIn(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(config.collective_timeout_s)));
+}
+
 }  // namespace chaosbed

@@ -83,6 +83,10 @@ enum class Splits { kTrain, kTest, kBoth };
 // Loads the splits of the dataset the config names (synthetic: dims and classes from the first and last
 // layer); a split not asked for is left empty.
 Result<data::DatasetSplits> loadTrainingData(const TrainingConfig& config, Splits which = Splits::kBoth);
+// How long a collective or a request may wait for a silent peer (collective_timeout_s) before the peer counts
+// as lost.
+Deadline collectiveDeadline(const TrainingConfig& config);
+
 // The model the config describes, for batches of up to max_batch samples, initialised from config.seed;
 // padded to the emulated model's gradient when the config emulates one.
 Result<std::unique_ptr<model::Model>> makeModel(const TrainingConfig& config, size_t max_batch);
