@@ -150,7 +150,8 @@ class Accounting {
   // The role's work is done (a role calls it after its last frame, before its objects are torn down; the
   // node again once the role returned, a no-op then): freezes the wall clock and books to `unattributed`
   // whatever part of it nothing booked, logging the longest gaps between bookings (gaps()) when that is
-  // over half a percent; later snapshots are final reports (the residual is judged on those: a report a
+  // over half a percent. The books close: nothing is booked after it (not the throttling or a freeze of the
+  // teardown, nor a frame that ends later). Later snapshots are final reports (the residual is judged on those: a report a
   // killed process sent last may miss an interval still in progress).
   void finish();
   static constexpr std::chrono::milliseconds kTick{20};

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,26 @@ TEST(Accounting, FinishFreezesTheWallAndMarksTheReportFinal) {
   EXPECT_TRUE(first.final_report);
   std::this_thread::sleep_for(30ms);  // time passing after finish() is the input here
   EXPECT_EQ(a.snapshot().wall_seconds, first.wall_seconds);
+}
+
+// The books close at finish(): a freeze or throttling of the teardown, an add() or a frame that ends later
+// is outside the frozen wall and is not booked (a worker whose teardown its CPU quota throttled had booked
+// 1.9% more than its wall).
+TEST(Accounting, NothingIsBookedAfterFinish) {
+  Accounting a;
+  a.start();
+  std::optional<Accounting::Frame> late(std::in_place, a, TimeCategory::kCompute);
+  a.add(TimeCategory::kTransfer, 0.0);
+  a.finish();
+  const NodeStats closed = a.snapshot();
+  const auto now = Clock::now();
+  a.notePause(now - 50ms, now);
+  a.add(TimeCategory::kIdlePeer, 0.05);
+  late.reset();
+  const NodeStats after = a.snapshot();
+  for (int c = 0; c < kTimeCategories; ++c)
+    EXPECT_EQ(after.seconds[size_t(c)], closed.seconds[size_t(c)]) << timeCategoryName(TimeCategory(c));
+  EXPECT_LE(after.residualFraction(), closed.residualFraction());
 }
 
 // finish() books what nothing booked to `unattributed`, from the same two instants that define the wall:
