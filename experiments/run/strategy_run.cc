@@ -294,7 +294,7 @@ void Supervisor::requestStop(const std::string& reason) {
                                               {"t", result_.wall_seconds}});
 }
 
-Result<StrategyResult> Supervisor::run() {
+Status Supervisor::describeStrategy() {
   result_.label = strategy_.label;
   result_.kind = spec::name(strategy_.kind);
   result_.recipe = strategy_.recipe;
@@ -306,58 +306,55 @@ Result<StrategyResult> Supervisor::run() {
   }
   result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
   if (spec_.training.eval_interval_steps > 0) result_.tta_resolution_steps = spec_.training.eval_interval_steps;
-  CHAOSBED_RETURN_IF_ERROR(prepare());
-  CHAOSBED_RETURN_IF_ERROR(launchAll());
-  CHAOSBED_RETURN_IF_ERROR(waitReady(names_, deadlineIn(120s)));
+  return Status::ok();
+}
 
-  // Chaos: the run's plan, executed against this strategy's nodes from the start of training.
-  std::unique_ptr<chaos::ActuatorSet> actuators;
-  std::vector<std::unique_ptr<ObservedActuator>> observers;
-  std::unique_ptr<chaos::Controller> chaos_controller;
-  if (ctx_.plan && !ctx_.plan->actions.empty()) {
-    chaos::ActuatorSet::Options ao;
-    ao.pause_mode = spec_.chaos.parsed.pause_mode;
-    ao.link_control = this;
-    ao.hosts = ctx_.hosts;
-    actuators = std::make_unique<chaos::ActuatorSet>(*this, ao);
-    auto map = actuators->map();
-    if (agent_nodes_ != nullptr)  // process faults are the agents' of the nodes' hosts; link faults stay here
-      for (chaos::FaultKind k : {chaos::FaultKind::kKill, chaos::FaultKind::kPreempt, chaos::FaultKind::kPause,
-                                 chaos::FaultKind::kVanish, chaos::FaultKind::kSlow})
-        map[k] = agent_nodes_->actuator();
-    for (auto& [kind, actuator] : map) {
-      observers.push_back(std::make_unique<ObservedActuator>(actuator, this));
-      actuator = observers.back().get();
-    }
-    chaos::ControllerOptions co;
-    co.events = ctx_.events;
-    co.strategy = strategy_.label;
-    co.state_dir = ctx_.claim ? ctx_.claim->stateDir(strategy_.label) : dir_ + "/chaos-state";
-    co.agent_binary = "/proc/self/exe";
-    chaos_controller = std::make_unique<chaos::Controller>(*ctx_.plan, *this, map, co);
-    CHAOSBED_RETURN_IF_ERROR(chaos_controller->checkAvailable());
+Result<Supervisor::ArmedChaos> Supervisor::armChaos() {
+  ArmedChaos armed;
+  if (!ctx_.plan || ctx_.plan->actions.empty()) return armed;
+  chaos::ActuatorSet::Options ao;
+  ao.pause_mode = spec_.chaos.parsed.pause_mode;
+  ao.link_control = this;
+  ao.hosts = ctx_.hosts;
+  armed.actuators = std::make_unique<chaos::ActuatorSet>(*this, ao);
+  auto map = armed.actuators->map();
+  if (agent_nodes_ != nullptr)  // process faults are the agents' of the nodes' hosts; link faults stay here
+    for (chaos::FaultKind k : {chaos::FaultKind::kKill, chaos::FaultKind::kPreempt, chaos::FaultKind::kPause,
+                               chaos::FaultKind::kVanish, chaos::FaultKind::kSlow})
+      map[k] = agent_nodes_->actuator();
+  for (auto& [kind, actuator] : map) {
+    armed.observers.push_back(std::make_unique<ObservedActuator>(actuator, this));
+    actuator = armed.observers.back().get();
   }
+  chaos::ControllerOptions co;
+  co.events = ctx_.events;
+  co.strategy = strategy_.label;
+  co.state_dir = ctx_.claim ? ctx_.claim->stateDir(strategy_.label) : dir_ + "/chaos-state";
+  co.agent_binary = "/proc/self/exe";
+  armed.controller = std::make_unique<chaos::Controller>(*ctx_.plan, *this, map, co);
+  CHAOSBED_RETURN_IF_ERROR(armed.controller->checkAvailable());
+  return armed;
+}
 
+Status Supervisor::startTraining(chaos::Controller* controller) {
   {
     MutexLock lock(mu_);
     execute(supervision_->start());
   }
   // Every series exists, at zero, before the first step: Prometheus's rate() takes a counter's first scraped
   // value as its start, so a counter first seen after most of a short run would show no progress at all.
-  exportMetrics(chaos_controller.get(), allNodeStats());
+  exportMetrics(controller, allNodeStats());
   if (ctx_.metrics && ctx_.await_scrape) awaitScrape(*ctx_.metrics, "before " + strategy_.label + " starts");
   start_ns_ = realtimeNs();
   controller_cpu_at_start_ = processUsage().cpu_seconds;
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
   if (ctx_.events) ctx_.events->record({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
-  if (chaos_controller) CHAOSBED_RETURN_IF_ERROR(chaos_controller->start());
+  if (controller) CHAOSBED_RETURN_IF_ERROR(controller->start());
+  return Status::ok();
+}
 
-  const double time_limit = spec_.training.time_limit_s;
-  auto last_progress = SteadyClock::now();
-  int64_t last_steps = 0;
-  double last_advance_t = 0;  // when the workers' step count last grew
-  double last_node_sample_t = -kNodeSampleInterval;
-  std::optional<SteadyClock::time_point> stopped_at;
+void Supervisor::superviseTraining(chaos::Controller* controller) {
+  last_progress_ = SteadyClock::now();
   polling_events_ = true;
   for (;;) {
     const auto pass_start = SteadyClock::now();
@@ -374,55 +371,12 @@ Result<StrategyResult> Supervisor::run() {
           std::chrono::duration<double>(SteadyClock::now() - pass_start).count());
     const double t = now();
     if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
-    if (t >= time_limit) requestStop("time_limit");
+    if (t >= spec_.training.time_limit_s) requestStop("time_limit");
     std::set<int> running_workers;
     for (int i = 0; i < workers_; ++i)
       if (launcher_->running(nodeName("worker", i))) running_workers.insert(i);
-    const bool any_worker = !running_workers.empty();
-    if (SteadyClock::now() - last_progress >= 500ms) {
-      const StatsByNode stats = allNodeStats();
-      const NodeStats w = roleTotal(stats, "worker", workers_);
-      step_samples_.emplace_back(t, w.steps);
-      // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
-      const bool sample_nodes = t - last_node_sample_t >= kNodeSampleInterval;
-      for (const auto& [name, n] : stats) {
-        if (chaos_controller)
-          chaos_controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
-        if (sample_nodes) result_.node_samples.push_back({t, name, n.wall_seconds, n.seconds});
-      }
-      if (sample_nodes) last_node_sample_t = t;
-      // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
-      // training recovers when a worker says so (the "recovered" event after its first step past the fault).
-      if (w.steps > last_steps) {
-        MutexLock lock(mu_);
-        execute(supervision_->onProgress(w.steps, t));
-        last_advance_t = t;
-      } else if (!stop_sent_) {
-        result_.longest_stall_seconds = std::max(result_.longest_stall_seconds, t - last_advance_t);
-      }
-      if (ctx_.on_progress) {
-        Progress p;
-        p.label = strategy_.label;
-        p.elapsed_s = t;
-        p.time_limit_s = spec_.training.time_limit_s;
-        if (!result_.timeline.empty()) {
-          p.accuracy = result_.timeline.back().accuracy;
-          p.accuracy_at_s = result_.timeline.back().time_s;
-        }
-        p.steps = w.steps;
-        p.alive = aliveCount();
-        p.nodes = int(names_.size());
-        p.faults = chaos_controller ? int(chaos_controller->appliedCount()) : 0;
-        if (chaos_controller)
-          for (const chaos::FaultKindTraits& kind : chaos::faultKinds())
-            p.faults_active += chaos_controller->activeFaults(kind.kind);
-        ctx_.on_progress(p);
-      }
-      exportMetrics(chaos_controller.get(), stats);
-      last_steps = w.steps;
-      last_progress = SteadyClock::now();
-    }
-    if (!any_worker && !stop_sent_) {
+    if (SteadyClock::now() - last_progress_ >= 500ms) sampleProgress(controller, t);
+    if (running_workers.empty() && !stop_sent_) {
       std::optional<std::string> ended;
       {
         MutexLock lock(mu_);
@@ -430,27 +384,76 @@ Result<StrategyResult> Supervisor::run() {
       }
       if (ended) requestStop(*ended);
     }
-    if (stop_sent_) {
-      if (!stopped_at) {
-        stopped_at = SteadyClock::now();
-        const ProcessUsage usage = processUsage();
-        result_.control_plane.cpu_seconds = usage.cpu_seconds - controller_cpu_at_start_;
-        result_.control_plane.wall_seconds = now();
-        result_.control_plane.peak_rss_bytes = usage.peak_rss_bytes;
-        // Measuring is over: heal every fault now, so that a frozen node can finish its step and exit
-        // instead of holding the drain for kDrainS.
-        if (chaos_controller)
-          if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
-      }
-      if (!any_worker || SteadyClock::now() - *stopped_at > std::chrono::duration<double>(kDrainS)) break;
-    }
+    if (stop_sent_ && drained(controller, !running_workers.empty())) break;
     std::this_thread::sleep_for(kTick);
   }
   polling_events_ = false;  // events read from here on waited for the nodes to stop
-  if (chaos_controller) {
-    if (Status s = chaos_controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();  // no-op if stopped
-    result_.faults_applied = int(chaos_controller->appliedCount());
-    result_.chaos_leaks = chaos_controller->leakCount();
+}
+
+void Supervisor::sampleProgress(chaos::Controller* controller, double t) {
+  const StatsByNode stats = allNodeStats();
+  const NodeStats w = roleTotal(stats, "worker", workers_);
+  step_samples_.emplace_back(t, w.steps);
+  // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
+  const bool sample_nodes = t - last_node_sample_t_ >= kNodeSampleInterval;
+  for (const auto& [name, n] : stats) {
+    if (controller) controller->notify(name, n.steps, n.epoch, /*for_any=*/name.rfind("worker-", 0) == 0);
+    if (sample_nodes) result_.node_samples.push_back({t, name, n.wall_seconds, n.seconds});
+  }
+  if (sample_nodes) last_node_sample_t_ = t;
+  // Asynchronous training goes on without a lost worker: it has recovered at its next step. Synchronous
+  // training recovers when a worker says so (the "recovered" event after its first step past the fault).
+  if (w.steps > last_steps_) {
+    MutexLock lock(mu_);
+    execute(supervision_->onProgress(w.steps, t));
+    last_advance_t_ = t;
+  } else if (!stop_sent_) {
+    result_.longest_stall_seconds = std::max(result_.longest_stall_seconds, t - last_advance_t_);
+  }
+  if (ctx_.on_progress) publishProgress(controller, t, w.steps);
+  exportMetrics(controller, stats);
+  last_steps_ = w.steps;
+  last_progress_ = SteadyClock::now();
+}
+
+void Supervisor::publishProgress(const chaos::Controller* controller, double t, int64_t steps) {
+  Progress p;
+  p.label = strategy_.label;
+  p.elapsed_s = t;
+  p.time_limit_s = spec_.training.time_limit_s;
+  if (!result_.timeline.empty()) {
+    p.accuracy = result_.timeline.back().accuracy;
+    p.accuracy_at_s = result_.timeline.back().time_s;
+  }
+  p.steps = steps;
+  p.alive = aliveCount();
+  p.nodes = int(names_.size());
+  p.faults = controller ? int(controller->appliedCount()) : 0;
+  if (controller)
+    for (const chaos::FaultKindTraits& kind : chaos::faultKinds()) p.faults_active += controller->activeFaults(kind.kind);
+  ctx_.on_progress(p);
+}
+
+bool Supervisor::drained(chaos::Controller* controller, bool any_worker) {
+  if (!stopped_at_) {
+    stopped_at_ = SteadyClock::now();
+    const ProcessUsage usage = processUsage();
+    result_.control_plane.cpu_seconds = usage.cpu_seconds - controller_cpu_at_start_;
+    result_.control_plane.wall_seconds = now();
+    result_.control_plane.peak_rss_bytes = usage.peak_rss_bytes;
+    // Measuring is over: heal every fault now, so that a frozen node can finish its step and exit instead
+    // of holding the drain for kDrainS.
+    if (controller)
+      if (Status s = controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();
+  }
+  return !any_worker || SteadyClock::now() - *stopped_at_ > std::chrono::duration<double>(kDrainS);
+}
+
+void Supervisor::finishRun(chaos::Controller* controller) {
+  if (controller) {
+    if (Status s = controller->stop(); !s.isOk()) LOG(WARNING) << "chaos: " << s.toString();  // no-op if stopped
+    result_.faults_applied = int(controller->appliedCount());
+    result_.chaos_leaks = controller->leakCount();
   }
   // Let the evaluator finish the snapshots it holds, then end every node.
   (void)launcher_->waitExit(nodeName("evaluator", 0), deadlineIn(10s));  // stopped next if it is not done
@@ -462,7 +465,7 @@ Result<StrategyResult> Supervisor::run() {
   result_.servers = roleTotal(final_stats, "ps", servers_);
   result_.workers.samples_lost += total_loss_samples_;
   result_.bottleneck = diagnoseBottleneck(result_.kind, final_stats);
-  const double t_end = std::max(now(), last_node_sample_t);
+  const double t_end = std::max(now(), last_node_sample_t_);
   for (const auto& [name, n] : final_stats) result_.node_samples.push_back({t_end, name, n.wall_seconds, n.seconds});
   accountingResidual();
   {
@@ -484,7 +487,19 @@ Result<StrategyResult> Supervisor::run() {
     execute(supervision_->onProgress(result_.workers.steps, result_.wall_seconds));
     result_.failures = supervision_->failures();
   }
-  exportMetrics(chaos_controller.get(), final_stats);  // fault gauges too: every fault has been reverted by now
+  exportMetrics(controller, final_stats);  // fault gauges too: every fault has been reverted by now
+}
+
+Result<StrategyResult> Supervisor::run() {
+  CHAOSBED_RETURN_IF_ERROR(describeStrategy());
+  CHAOSBED_RETURN_IF_ERROR(prepare());
+  CHAOSBED_RETURN_IF_ERROR(launchAll());
+  CHAOSBED_RETURN_IF_ERROR(waitReady(names_, deadlineIn(120s)));
+  // Chaos: the run's plan, executed against this strategy's nodes from the start of training.
+  CHAOSBED_ASSIGN_OR_RETURN(ArmedChaos armed, armChaos());
+  CHAOSBED_RETURN_IF_ERROR(startTraining(armed.controller.get()));
+  superviseTraining(armed.controller.get());
+  finishRun(armed.controller.get());
   return result_;
 }
 

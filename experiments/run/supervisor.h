@@ -205,9 +205,33 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
     return decodeLinkAck(*ack).withContext(node + ": link command " + index);
   }
 
+  // run(), in order: the result's description of the strategy; the nodes prepared, launched and ready; the
+  // chaos armed; training started; the supervision loop until the nodes have drained; the final figures.
+  Status describeStrategy();
   Status prepare();
   Status launchAll();
   Status waitReady(const std::vector<std::string>& names, Deadline deadline);
+  // The run's chaos against this strategy's nodes: the actuators (process faults through the host agents when
+  // the nodes live there), each observed by this supervisor, and the controller that runs the plan (null
+  // when the plan has no action).
+  struct ArmedChaos {
+    std::unique_ptr<chaos::ActuatorSet> actuators;
+    std::vector<std::unique_ptr<ObservedActuator>> observers;
+    std::unique_ptr<chaos::Controller> controller;
+  };
+  Result<ArmedChaos> armChaos();
+  Status startTraining(chaos::Controller* controller);
+  // One pass every kTick: exits, replacements, events, liveness, supervision's tick, the stop conditions,
+  // progress every 500 ms; ends once the nodes have drained after the stop.
+  void superviseTraining(chaos::Controller* controller);
+  // Every 500 ms: the progress triggers, node_timeseries rows, stalls, the live progress and the gauges.
+  void sampleProgress(chaos::Controller* controller, double t);
+  void publishProgress(const chaos::Controller* controller, double t, int64_t steps);
+  // After the stop: closes the measurement once (the control plane's cost, every fault healed); true when no
+  // worker runs any more or the drain time is up.
+  bool drained(chaos::Controller* controller, bool any_worker);
+  // The nodes stopped, the final stats, residual, fault episodes and gauges.
+  void finishRun(chaos::Controller* controller);
   void onExit(const ExitInfo& info);
   void handleExits();
   // Every heartbeat interval: hands each running node's heartbeat to the failure detector and fences those
@@ -293,6 +317,11 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   bool stop_sent_ = false;
   std::atomic<bool> stopping_{false};  // stop_sent_, for the chaos controller's thread
   std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
+  SteadyClock::time_point last_progress_;  // the last progress sample
+  int64_t last_steps_ = 0;                 // the workers' steps then
+  double last_advance_t_ = 0;              // when the workers' step count last grew
+  double last_node_sample_t_ = -kNodeSampleInterval;
+  std::optional<SteadyClock::time_point> stopped_at_;  // when the stop was first seen by the loop
   StrategyResult result_;
 };
 
