@@ -273,13 +273,13 @@ std::vector<Accounting::Gap> Accounting::gaps() const {
   return out;
 }
 
-void Accounting::tickLocked(Clock::time_point now, bool watch) {
+Accounting::Clock::time_point Accounting::tickLocked(Clock::time_point now, bool watch) {
   // The books close at finish(): the quota's throttling of the teardown that follows (up to 80 ms a period
-  // at 0.2 CPU) is outside the frozen wall, and booking it made a worker's books exceed its wall by 1.9%.
-  if (!last_tick_ || finished_) return;
+  // at 0.2 CPU) is outside the frozen wall.
+  if (!last_tick_ || finished_) return now;
   const Clock::time_point last = *last_tick_;
   const bool gap = now - last > kGap;
-  if (!gap && !watch && !cpu_last_.quota) return;  // nothing to learn between the watch's ticks
+  if (!gap && !watch && !cpu_last_.quota) return now;  // nothing to learn between the watch's ticks
   // What the kernel counted since the last reading (none when another thread read after `now`).
   double throttled = 0, waited = 0;
   if (now > cpu_read_at_) {
@@ -303,6 +303,7 @@ void Accounting::tickLocked(Clock::time_point now, bool watch) {
     }
   }
   last_tick_ = std::max(last, now);
+  return std::max(now, cpu_read_at_);
 }
 
 void Accounting::recordInterruptionLocked(TimeCategory category, Clock::time_point from, Clock::time_point to,
@@ -333,7 +334,9 @@ Accounting::Frame::Frame(Accounting& a, TimeCategory c, SourcePlace where)
     : a_(a), c_(c), where_(where), start_(Clock::now()) {
   MutexLock lock(a_.mu_);
   if (a_.open_frames_++ == 0) a_.coverLocked(start_, start_, where_);
-  // Under a quota: the throttling up to the start is the time before the frame's, not this frame's.
+  // Under a quota: the throttling up to the start is the time before the frame's, not this frame's. (The
+  // frame starts before the lock: waiting for it, behind a reporter or the watch that the scheduler or the
+  // quota held, is the frame's time; the part of a reading's window after the start is the frame's below.)
   a_.tickLocked(start_);
   // What was already recorded inside this frame's wall is the frame's: a freeze that caught this thread
   // waiting for the lock (the freezer stops a thread as it enters the kernel) was recorded by the watch
@@ -343,8 +346,7 @@ Accounting::Frame::Frame(Accounting& a, TimeCategory c, SourcePlace where)
 
 Accounting::Frame::~Frame() {
   MutexLock lock(a_.mu_);
-  a_.tickLocked(Clock::now());
-  const auto now = Clock::now();  // the reading's own microseconds are the frame's
+  const auto now = a_.tickLocked(Clock::now());  // it ends where the counts were read, as add() does
   const double inner = a_.bookedLocked() - booked_at_start_;  // what the scope booked, paused time included
   const double rest = std::chrono::duration<double>(now - start_).count() - inner;
   if (rest > 0 && !a_.finished_) a_.stats_.seconds[int(c_)] += rest;
@@ -360,10 +362,14 @@ void Accounting::add(std::initializer_list<std::pair<TimeCategory, double>> part
   const auto now = Clock::now();
   MutexLock lock(mu_);
   if (finished_) return;  // the books are closed (finish())
-  tickLocked(now);  // a freeze that just ended is claimed here if the watch has not run yet
-  // Reading the kernel's counts (under a quota) takes microseconds at every booking: the last part takes
-  // them too, or thousands of bookings a second leave a percent of the wall unattributed.
-  const Clock::time_point end = Clock::now();
+  // The interval ends where the kernel's counts are read (the last part takes the reading's microseconds,
+  // or thousands of bookings a second leave a percent of the wall unattributed), and it is read now that the
+  // lock is held, not at `now`. The kernel counts throttling when it ends, so a booking that ran past the
+  // last reading (a watch that read while this thread waited for the lock, itself held back by the quota
+  // for up to 80 ms; or a throttle between a reading and the booking's end) kept time whose throttling was
+  // booked later as well: 1.9% of a worker's wall was booked twice. A freeze that just ended is claimed here
+  // too if the watch has not run.
+  const Clock::time_point end = tickLocked(Clock::now());
   auto span = [](double seconds) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   };
@@ -414,10 +420,9 @@ void Accounting::checkpoint(bool ok) {
 }
 
 void Accounting::finish() {
-  const auto now = Clock::now();
   MutexLock lock(mu_);
   if (!started_ || finished_) return;
-  tickLocked(now);
+  const auto now = tickLocked(Clock::now());  // the wall ends where the counts were last read
   coverLocked(now, now, SourcePlace::none());
   finished_ = now;
   const double wall = std::chrono::duration<double>(now - *started_).count();

@@ -228,8 +228,10 @@ class Accounting {
   // Books the throttling since the last reading and, after a gap in the watch's ticks, the part of the gap
   // the process was frozen as paused. It reads the kernel's counts at the watch's ticks (`watch`), after a
   // gap, and, under a CPU quota, at every booking, so that an interval ending now takes out exactly the
-  // throttling up to now; without a quota a booking reads nothing.
-  void tickLocked(Clock::time_point now, bool watch = false) CHAOSBED_REQUIRES(mu_);
+  // throttling up to now; without a quota a booking reads nothing. Returns the instant up to which the
+  // kernel's counts are recorded (the reading's, or `now`): a booking ends there, never past it, since the
+  // kernel books a throttle when it ends and a later reading's would overlap the booking.
+  Clock::time_point tickLocked(Clock::time_point now, bool watch = false) CHAOSBED_REQUIRES(mu_);
   double bookedLocked() const CHAOSBED_REQUIRES(mu_) { return stats_.bookedSeconds(); }
   // Paused and throttled time inside [from, to]: what an interval ending now must not book again.
   double interruptedWithinLocked(Clock::time_point from, Clock::time_point to) const CHAOSBED_REQUIRES(mu_);
