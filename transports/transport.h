@@ -95,6 +95,33 @@ class Transport {
   virtual Status reconnect(int peer, Deadline deadline) = 0;
 };
 
+// The base of a decorator (LinkShaper, FaultyTransport): owns the transport it wraps and forwards every call
+// to it, so that a decorator overrides only what it changes (and a method added to Transport reaches every
+// decorator's inner transport without touching them). Every transport, decorated or not, passes the
+// contract suite (tests/integration/transport_contract_test.cc).
+class TransportWrapper : public Transport {
+ public:
+  explicit TransportWrapper(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  Transport& inner() { return *inner_; }
+  const Transport& inner() const { return *inner_; }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  bool sharedMemory() const override { return inner_->sharedMemory(); }
+  RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override { return inner_->isend(peer, tag, data); }
+  RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override { return inner_->irecv(peer, tag, data); }
+  void progress(Deadline until) override { inner_->progress(until); }
+  double progressBusySeconds() const override { return inner_->progressBusySeconds(); }
+  Status peerStatus(int peer) const override { return inner_->peerStatus(peer); }
+  uint64_t failureCount() const override { return inner_->failureCount(); }
+  void failPeer(int peer, const Status& why) override { inner_->failPeer(peer, why); }
+  Status reconnect(int peer, Deadline deadline) override { return inner_->reconnect(peer, deadline); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
 // Waits for every request to complete. Returns OK, or the first failure: a request's own error, PeerLost of
 // any rank in `watch` that fails meanwhile (so a collective aborts when any member dies, not only its
 // neighbours), or Timeout at the deadline. On failure the requests still pending are cancelled.

@@ -25,7 +25,7 @@ class DecidedRequest final : public Request {
 
 }  // namespace
 
-FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner) : TransportWrapper(std::move(inner)) {}
 
 Result<int> FaultyTransport::addRule(FaultRule rule) {
   if (rule.action == FaultAction::kDrop && rule.op != FaultOp::kSend)
@@ -76,7 +76,7 @@ void FaultyTransport::breakPeer(int peer, const std::string& message) {
     MutexLock lock(mu_);
     ++fired_;
   }
-  inner_->failPeer(peer, Status::peerLost(peer, message));
+  inner().failPeer(peer, Status::peerLost(peer, message));
 }
 
 std::optional<FaultRule> FaultyTransport::match(bool is_send, int peer, Tag tag) {
@@ -100,7 +100,7 @@ RequestPtr FaultyTransport::isend(int peer, Tag tag, std::span<const std::byte> 
     MutexLock lock(mu_);
     rule = match(/*is_send=*/true, peer, tag);
   }
-  if (!rule) return inner_->isend(peer, tag, data);
+  if (!rule) return inner().isend(peer, tag, data);
   if (rule->action == FaultAction::kDrop) return std::make_unique<DecidedRequest>(peer, Status::ok());
   return std::make_unique<DecidedRequest>(peer, rule->status);
 }
@@ -111,7 +111,7 @@ RequestPtr FaultyTransport::irecv(int peer, Tag tag, std::span<std::byte> data) 
     MutexLock lock(mu_);
     rule = match(/*is_send=*/false, peer, tag);
   }
-  if (!rule) return inner_->irecv(peer, tag, data);
+  if (!rule) return inner().irecv(peer, tag, data);
   return std::make_unique<DecidedRequest>(peer, rule->status);
 }
 

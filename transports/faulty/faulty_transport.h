@@ -46,7 +46,7 @@ struct FaultRule {
   Status status = Status::ioError("faulty: injected failure");  // for kFail
 };
 
-class FaultyTransport final : public Transport {
+class FaultyTransport final : public TransportWrapper {
  public:
   explicit FaultyTransport(std::unique_ptr<Transport> inner);
 
@@ -68,21 +68,10 @@ class FaultyTransport final : public Transport {
   // The peer fails for good, as UCX reports a reset connection (see the contract above).
   void breakPeer(int peer, const std::string& message = "ucx: Connection reset by remote peer");
 
-  Transport& inner() { return *inner_; }
-
-  // Transport
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return "faulty(" + inner_->name() + ")"; }
-  bool sharedMemory() const override { return inner_->sharedMemory(); }  // a message costs what it costs inside
+  // Transport: what the rules change; the rest is forwarded (TransportWrapper).
+  std::string name() const override { return "faulty(" + inner().name() + ")"; }
   RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
   RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
-  void progress(Deadline until) override { inner_->progress(until); }
-  Status peerStatus(int peer) const override { return inner_->peerStatus(peer); }
-  uint64_t failureCount() const override { return inner_->failureCount(); }
-  double progressBusySeconds() const override { return inner_->progressBusySeconds(); }
-  void failPeer(int peer, const Status& why) override { inner_->failPeer(peer, why); }
-  Status reconnect(int peer, Deadline deadline) override { return inner_->reconnect(peer, deadline); }
 
  private:
   struct Entry {
@@ -94,7 +83,6 @@ class FaultyTransport final : public Transport {
   // The rule that fires on this operation, if any (copied out), updating the counters. Requires mu_.
   std::optional<FaultRule> match(bool is_send, int peer, Tag tag) CHAOSBED_REQUIRES(mu_);
 
-  std::unique_ptr<Transport> inner_;
   mutable Mutex mu_;
   std::vector<Entry> rules_ CHAOSBED_GUARDED_BY(mu_);
   int next_id_ CHAOSBED_GUARDED_BY(mu_) = 1;

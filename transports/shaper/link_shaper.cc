@@ -123,8 +123,8 @@ class ShapedSend final : public Request {
 }  // namespace
 
 LinkShaper::LinkShaper(std::unique_ptr<Transport> inner)
-    : inner_(std::move(inner)), state_(std::make_shared<State>()) {
-  state_->links.resize(static_cast<size_t>(inner_->size()));
+    : TransportWrapper(std::move(inner)), state_(std::make_shared<State>()) {
+  state_->links.resize(static_cast<size_t>(size()));
   const auto now = SteadyClock::now();
   for (auto& l : state_->links) {
     l.refilled = now;
@@ -197,13 +197,13 @@ size_t LinkShaper::heldCount() const {
 }
 
 RequestPtr LinkShaper::isend(int peer, Tag tag, std::span<const std::byte> data) {
-  if (peer < 0 || peer >= size()) return inner_->isend(peer, tag, data);  // the inner transport says why
+  if (peer < 0 || peer >= size()) return inner().isend(peer, tag, data);  // the inner transport says why
   std::shared_ptr<Held> held;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     State::Link& link = state_->links[static_cast<size_t>(peer)];
     state_->dropDoneHeads(link);
-    if (!link.params.shaped() && link.queue.empty()) return inner_->isend(peer, tag, data);
+    if (!link.params.shaped() && link.queue.empty()) return inner().isend(peer, tag, data);
     held = std::make_shared<Held>();
     held->peer = peer;
     held->tag = tag;
@@ -216,7 +216,6 @@ RequestPtr LinkShaper::isend(int peer, Tag tag, std::span<const std::byte> data)
   return std::make_unique<ShapedSend>(state_, std::move(held));
 }
 
-RequestPtr LinkShaper::irecv(int peer, Tag tag, std::span<std::byte> data) { return inner_->irecv(peer, tag, data); }
 
 LinkShaper::Pumped LinkShaper::pump() {
   std::vector<std::pair<int, Status>> to_fail;
@@ -231,7 +230,7 @@ LinkShaper::Pumped LinkShaper::pump() {
       state_->dropDoneHeads(link);
       if (link.queue.empty()) continue;
       const int peer = static_cast<int>(p);
-      if (Status s = inner_->peerStatus(peer); !s.isOk()) {
+      if (Status s = inner().peerStatus(peer); !s.isOk()) {
         state_->failQueue(link, s);
         continue;
       }
@@ -268,7 +267,7 @@ LinkShaper::Pumped LinkShaper::pump() {
           }
           link.tokens -= size;
         }
-        head->inner = inner_->isend(peer, head->tag, head->data);
+        head->inner = inner().isend(peer, head->tag, head->data);
         link.queue.pop_front();
         --state_->held;
         result.released = true;
@@ -276,7 +275,7 @@ LinkShaper::Pumped LinkShaper::pump() {
     }
   }
   for (auto& [peer, why] : to_fail) {
-    inner_->failPeer(peer, why);
+    inner().failPeer(peer, why);
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->failQueue(state_->links[static_cast<size_t>(peer)], why);
   }
@@ -288,18 +287,18 @@ void LinkShaper::progress(Deadline until) {
   const Pumped pumped = pump();
   if (pumped.released) {
     // What was just released may have completed inside inner isend: poll, and let the caller look.
-    inner_->progress(SteadyClock::now());
+    inner().progress(SteadyClock::now());
     return;
   }
   Deadline wake = until;
   if (pumped.next_due) wake = std::min(wake, *pumped.next_due);
   if (heldCount() > 0) wake = std::min(wake, SteadyClock::now() + kMaxHoldPoll);
-  inner_->progress(wake);
+  inner().progress(wake);
   pump();
 }
 
 void LinkShaper::failPeer(int peer, const Status& why) {
-  inner_->failPeer(peer, why);
+  inner().failPeer(peer, why);
   if (peer < 0 || peer >= size() || why.isOk()) return;
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->failQueue(state_->links[static_cast<size_t>(peer)], why);

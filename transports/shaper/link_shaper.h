@@ -46,7 +46,7 @@ struct LinkParams {
   bool shaped() const { return latency.count() > 0 || bandwidth_bytes_per_s > 0 || partitioned; }
 };
 
-class LinkShaper final : public Transport {
+class LinkShaper final : public TransportWrapper {
  public:
   static constexpr std::chrono::milliseconds kMaxHoldPoll{2};
   static constexpr std::chrono::seconds kDefaultPartitionHold{30};
@@ -67,21 +67,13 @@ class LinkShaper final : public Transport {
   // Sends posted but not yet handed to the inner transport.
   size_t heldCount() const;
 
-  Transport& inner() { return *inner_; }
-
-  // Transport
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return "shaper(" + inner_->name() + ")"; }
-  // sharedMemory() stays false whatever the inner transport: a shaped message costs an emulated link's time.
+  // Transport: what shaping changes; the rest is forwarded (TransportWrapper).
+  std::string name() const override { return "shaper(" + inner().name() + ")"; }
+  // False whatever the inner transport: a shaped message costs an emulated link's time.
+  bool sharedMemory() const override { return false; }
   RequestPtr isend(int peer, Tag tag, std::span<const std::byte> data) override;
-  RequestPtr irecv(int peer, Tag tag, std::span<std::byte> data) override;
   void progress(Deadline until) override;
-  Status peerStatus(int peer) const override { return inner_->peerStatus(peer); }
-  uint64_t failureCount() const override { return inner_->failureCount(); }
-  double progressBusySeconds() const override { return inner_->progressBusySeconds(); }
   void failPeer(int peer, const Status& why) override;
-  Status reconnect(int peer, Deadline deadline) override { return inner_->reconnect(peer, deadline); }
 
   struct State;  // links, queues and the lock; shared with request handles
 
@@ -94,7 +86,6 @@ class LinkShaper final : public Transport {
   // sends to peers the inner transport has failed.
   Pumped pump();
 
-  std::unique_ptr<Transport> inner_;
   std::shared_ptr<State> state_;
 };
 
