@@ -25,20 +25,7 @@ using std::chrono::seconds;
 using testing::ChildContext;
 using testing::MultiProcess;
 
-std::unique_ptr<Transport> makeTransport(ChildContext& c) {
-  UcxOptions o;
-  o.rank = c.rank();
-  o.size = c.size();
-  o.secret = c.secret();
-  o.prefix = "colltest";
-  o.connect_timeout = seconds(20);
-  auto t = createUcxTransport(c.store(), o);
-  if (!t.isOk()) {
-    c.report("FAIL create: " + t.status().toString());
-    _exit(2);
-  }
-  return std::move(t).value();
-}
+std::unique_ptr<Transport> makeTransport(ChildContext& c) { return testing::ucxTransport(c, "colltest"); }
 
 // What rank `rank` contributes to an all-reduce of n elements in round `round`: every process can compute
 // everybody's input, hence the expected sum.

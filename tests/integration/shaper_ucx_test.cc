@@ -26,15 +26,7 @@ TEST(ShaperUcx, ShapedRingNeverStalls) {
   constexpr int kRounds = 40;
   MultiProcess mp;
   ASSERT_TRUE(mp.spawnAll(kRanks, [](ChildContext& c) {
-    UcxOptions o;
-    o.rank = c.rank();
-    o.size = c.size();
-    o.secret = c.secret();
-    o.prefix = "shapertest";
-    o.connect_timeout = seconds(20);
-    auto inner = createUcxTransport(c.store(), o);
-    if (!inner.isOk()) return c.fail("create: " + inner.status().toString());
-    LinkShaper shaper(std::move(inner).value());
+    LinkShaper shaper(testing::ucxTransport(c, "shapertest"));
     // The ring is 0->1->2->3->0; shape the two links that cross between the halves {0,1} and {2,3}.
     LinkParams shaped;
     shaped.latency = milliseconds(5);

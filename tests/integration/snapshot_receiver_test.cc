@@ -23,20 +23,7 @@ using testing::MultiProcess;
 constexpr size_t kBytes = 4 << 20;  // rendezvous: the sender moves the data only once it is matched
 constexpr Tag kTag = 11;
 
-std::unique_ptr<Transport> connect(ChildContext& c) {
-  UcxOptions o;
-  o.rank = c.rank();
-  o.size = c.size();
-  o.secret = c.secret();
-  o.prefix = "snaprecv";
-  o.connect_timeout = seconds(20);
-  auto t = createUcxTransport(c.store(), o);
-  if (!t.isOk()) {
-    c.report("FAIL create: " + t.status().toString());
-    _exit(2);
-  }
-  return std::move(t).value();
-}
+std::unique_ptr<Transport> connect(ChildContext& c) { return testing::ucxTransport(c, "snaprecv"); }
 
 // Rank 0 receives; rank 1 sends, and is stopped by the parent before rank 0 matches its message; rank 2
 // sends once rank 0 has matched rank 1's message.

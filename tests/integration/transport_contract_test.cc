@@ -57,15 +57,7 @@ void runPair(const TransportKind& kind, const Side& side) {
   if (kind.base == Base::kUcx) {
     testing::MultiProcess mp;
     ASSERT_TRUE(mp.spawnAll(2, [&](testing::ChildContext& c) {
-      UcxOptions o;
-      o.rank = c.rank();
-      o.size = c.size();
-      o.secret = c.secret();
-      o.prefix = "contract";
-      o.connect_timeout = seconds(20);
-      auto t = createUcxTransport(c.store(), o);
-      if (!t.isOk()) return c.fail("create: " + t.status().toString());
-      auto decorated = decorate(std::move(t).value(), kind.decorator);
+      auto decorated = decorate(testing::ucxTransport(c, "contract"), kind.decorator);
       Status s = side(*decorated);
       return s.isOk() ? 0 : c.fail(s.toString());
     }).isOk());

@@ -19,20 +19,7 @@ using std::chrono::seconds;
 using testing::ChildContext;
 using testing::MultiProcess;
 
-std::unique_ptr<Transport> makeTransport(ChildContext& c) {
-  UcxOptions o;
-  o.rank = c.rank();
-  o.size = c.size();
-  o.secret = c.secret();
-  o.prefix = "stale";
-  o.connect_timeout = seconds(20);
-  auto t = createUcxTransport(c.store(), o);
-  if (!t.isOk()) {
-    c.report("FAIL create: " + t.status().toString());
-    _exit(2);
-  }
-  return std::move(t).value();
-}
+std::unique_ptr<Transport> makeTransport(ChildContext& c) { return testing::ucxTransport(c, "stale"); }
 
 TEST(UcxStaleRecord, StartingBesideADeadPeerWaitsForItsReplacementAndReachesIt) {
   MultiProcess mp;

@@ -22,18 +22,7 @@ using testing::ChildContext;
 using testing::MultiProcess;
 
 std::unique_ptr<Transport> makeTransport(ChildContext& c, const std::string& prefix = "ucxtest") {
-  UcxOptions o;
-  o.rank = c.rank();
-  o.size = c.size();
-  o.secret = c.secret();
-  o.prefix = prefix;
-  o.connect_timeout = seconds(20);
-  auto t = createUcxTransport(c.store(), o);
-  if (!t.isOk()) {
-    c.report("FAIL create: " + t.status().toString());
-    _exit(2);
-  }
-  return std::move(t).value();
+  return testing::ucxTransport(c, prefix);
 }
 
 // Deterministic content that differs per size, sender and offset.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "transports/bootstrap/net.h"
+#include "transports/ucx/transport.h"
 
 namespace chaosbed::testing {
 namespace {
@@ -271,6 +272,21 @@ Status MultiProcess::waitAllExit(Deadline deadline, std::vector<int>* codes) {
     if (codes) (*codes)[r] = *code;
   }
   return Status::ok();
+}
+
+std::unique_ptr<Transport> ucxTransport(ChildContext& c, const std::string& prefix) {
+  UcxOptions o;
+  o.rank = c.rank();
+  o.size = c.size();
+  o.secret = c.secret();
+  o.prefix = prefix;
+  o.connect_timeout = std::chrono::seconds(20);
+  auto t = createUcxTransport(c.store(), o);
+  if (!t.isOk()) {
+    c.report("FAIL create: " + t.status().toString());
+    _exit(2);
+  }
+  return std::move(t).value();
 }
 
 }  // namespace chaosbed::testing

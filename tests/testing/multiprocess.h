@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "transports/bootstrap/store.h"
+#include "transports/transport.h"
 
 namespace chaosbed::testing {
 
@@ -68,6 +69,10 @@ class ChildContext {
 };
 
 using ChildFunction = std::function<int(ChildContext&)>;
+
+// The child's rank of a UCX transport over the parent's store (keys under `prefix`), connecting within 20 s;
+// reports "FAIL create: ..." and exits the child with 2 when it cannot be created.
+std::unique_ptr<Transport> ucxTransport(ChildContext& c, const std::string& prefix);
 
 class MultiProcess {
  public:
