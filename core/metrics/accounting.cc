@@ -235,7 +235,12 @@ void Accounting::start() {
     }
   });
   wake_.wait(lock, [&ready] { return ready; });
-  started_ = last_tick_ = covered_to_ = Clock::now();
+  // The wall starts at a reading of the kernel's counts: a throttle that ended between the watch's first
+  // reading and here (a node's start-up uses up its quota; this thread waited 80 ms) was booked in the
+  // first window, which reached back past the start, and a worker's books exceeded its wall by 2%.
+  cpu_last_ = cpu_.read();
+  cpu_read_at_ = Clock::now();
+  started_ = last_tick_ = covered_to_ = cpu_read_at_;
 }
 
 void Accounting::coverLocked(Clock::time_point from, Clock::time_point to, const SourcePlace& where) {
