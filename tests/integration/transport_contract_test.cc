@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,9 @@ const TransportKind kTransports[] = {
     {"shaper_loopback", Base::kLoopback, Decorator::kShaper}, {"ucx", Base::kUcx, Decorator::kNone},
     {"faulty_ucx", Base::kUcx, Decorator::kFaulty}, {"shaper_ucx", Base::kUcx, Decorator::kShaper},
 };
+
+// gtest prints a parameter with this, not as raw bytes.
+void PrintTo(const TransportKind& kind, std::ostream* os) { *os << kind.name; }
 
 // Decorators with nothing to do (no rule, no shaped link) must keep the contract of what they wrap.
 std::unique_ptr<Transport> decorate(std::unique_ptr<Transport> t, Decorator d) {
