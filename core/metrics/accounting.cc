@@ -225,9 +225,7 @@ void Accounting::start() {
   watch_ = std::thread([this, &ready] {
     MutexLock lock(mu_);
     cpu_ = CpuWait::forThisThread();  // its run queue delay tells a starved watch from a frozen one
-    cpu_last_ = cpu_.read();
-    cpu_read_at_ = Clock::now();
-    ready = true;
+    ready = true;  // start() takes the first reading, where the wall starts
     wake_.notify_all();
     while (!stopping_) {
       wake_.wait_for(lock, kTick);

@@ -151,8 +151,8 @@ class Accounting {
   // node again once the role returned, a no-op then): freezes the wall clock and books to `unattributed`
   // whatever part of it nothing booked, logging the longest gaps between bookings (gaps()) when that is
   // over half a percent. The books close: nothing is booked after it (not the throttling or a freeze of the
-  // teardown, nor a frame that ends later). Later snapshots are final reports (the residual is judged on those: a report a
-  // killed process sent last may miss an interval still in progress).
+  // teardown, nor a frame that ends later). Later snapshots are final reports (the residual is judged on
+  // those: a report a killed process sent last may miss an interval still in progress).
   void finish();
   static constexpr std::chrono::milliseconds kTick{20};
   static constexpr std::chrono::milliseconds kGap{300};  // far above a CPU quota's throttling (< 100 ms)
