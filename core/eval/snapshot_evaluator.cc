@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace chaosbed::eval {
 
@@ -48,6 +49,14 @@ Status SnapshotEvaluator::submit(double time_s, int64_t step, std::vector<float>
     }
     last_time_s_ = time_s;
     queue_.push_back({time_s, step, std::move(params)});
+    // Over the bound, every other held snapshot goes (the newest stays): the crossing is then resolved to
+    // twice the snapshot interval, and the records show the gap that was measured.
+    if (queue_.size() * num_parameters_ * sizeof(float) > options_.held_bytes && queue_.size() > 2) {
+      std::deque<Pending> kept;
+      for (size_t i = 0; i < queue_.size(); ++i)
+        if ((queue_.size() - 1 - i) % 2 == 0) kept.push_back(std::move(queue_[i]));
+      queue_ = std::move(kept);
+    }
   }
   cv_.notify_all();
   return Status::ok();
@@ -55,7 +64,11 @@ Status SnapshotEvaluator::submit(double time_s, int64_t step, std::vector<float>
 
 Status SnapshotEvaluator::drain(Deadline deadline) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; })) {
+  draining_ = true;
+  cv_.notify_all();
+  const bool done = cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; });
+  draining_ = false;
+  if (!done) {
     return Status::timeout("snapshot evaluator: " + std::to_string(queue_.size() + (busy_ ? 1 : 0)) +
                            " snapshots still unevaluated at the deadline");
   }
@@ -80,27 +93,58 @@ std::optional<SnapshotRecord> SnapshotEvaluator::latest() const {
   return records_.back();
 }
 
+bool SnapshotEvaluator::dueLocked() const {
+  if (queue_.empty()) return false;
+  return draining_ || options_.pace_s <= 0 || queue_.back().time_s >= paced_time_s_ + options_.pace_s;
+}
+
+Result<SnapshotRecord> SnapshotEvaluator::evaluate(const Pending& snapshot, bool refined) {
+  std::copy(snapshot.params.begin(), snapshot.params.end(), model_->parameters().begin());
+  Result<model::EvalResult> result = model_->evaluate(test_set_);
+  if (!result.isOk()) return result.status().withContext("snapshot at " + std::to_string(snapshot.time_s) + " s");
+  return SnapshotRecord{snapshot.time_s, snapshot.step, result->accuracy, result->loss, refined};
+}
+
 void SnapshotEvaluator::run() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [this] { return stop_ || dueLocked(); });
     if (stop_) return;
-    Pending snapshot = std::move(queue_.front());
-    queue_.pop_front();
+    // The newest snapshot is evaluated; the ones before it (since the last evaluation) are held for a crossing.
+    const Pending newest = std::move(queue_.back());
+    queue_.pop_back();
+    const std::deque<Pending> held = std::exchange(queue_, {});
+    const bool was_reached = paced_reached_;
     busy_ = true;
     lock.unlock();
 
-    std::copy(snapshot.params.begin(), snapshot.params.end(), model_->parameters().begin());
-    Result<model::EvalResult> result = model_->evaluate(test_set_);
+    std::vector<SnapshotRecord> records;
+    Status failed;
+    Result<SnapshotRecord> paced = evaluate(newest, /*refined=*/false);
+    if (paced.isOk() && paced->accuracy >= options_.target_accuracy && !was_reached) {
+      for (const Pending& snapshot : held) {
+        if (std::lock_guard stopping(mu_); stop_) break;  // the destructor waits for no more than one
+        Result<SnapshotRecord> r = evaluate(snapshot, /*refined=*/true);
+        if (!r.isOk()) {
+          failed = r.status();
+          break;
+        }
+        records.push_back(*r);
+        if (r->accuracy >= options_.target_accuracy) break;  // the crossing: the snapshots after it tell no more
+      }
+    }
+    if (paced.isOk()) records.push_back(*paced);
+    else failed = paced.status();
 
     lock.lock();
     busy_ = false;
-    if (!result.isOk()) {
-      if (error_.isOk()) error_ = result.status().withContext("snapshot at " + std::to_string(snapshot.time_s) + " s");
-    } else {
-      records_.push_back({snapshot.time_s, snapshot.step, result->accuracy, result->loss});
-      if (!tta_ && result->accuracy >= options_.target_accuracy) {
-        tta_ = snapshot.time_s;
+    paced_time_s_ = newest.time_s;
+    if (paced.isOk()) paced_reached_ = paced->accuracy >= options_.target_accuracy;
+    if (!failed.isOk() && error_.isOk()) error_ = failed;
+    for (const SnapshotRecord& r : records) {
+      records_.push_back(r);
+      if (!tta_ && r.accuracy >= options_.target_accuracy) {
+        tta_ = r.time_s;
         reached_.store(true, std::memory_order_release);
       }
     }

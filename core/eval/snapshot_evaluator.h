@@ -7,9 +7,12 @@
 // - It does not care where parameters come from (a local trainer, a pull from parameter servers, a
 //   checkpoint): submit() takes a time, a step and a copy of the flat parameter buffer (core/model/mlp.h
 //   layout for the layers given at creation).
-// - Snapshots are evaluated in submission order and none is dropped (TTA must see each one); submit()
-//   never blocks. If evaluation is slower than the snapshot interval the queue grows by one parameter copy
-//   per snapshot.
+// - Each evaluation takes the newest snapshot (at most one per options.pace_s of snapshot time); the ones
+//   submitted since the previous evaluation are held. When this one reaches the target and the previous one
+//   did not, the held ones are evaluated oldest first up to the first that reaches it (records marked
+//   refined): a crossing is dated to the snapshot interval, not to the pace of evaluation or its speed.
+//   Held snapshots are dropped otherwise (and every other one when they would hold more than
+//   options.held_bytes). submit() never blocks.
 // - All methods are thread-safe. The held-out dataset must outlive the evaluator. The destructor finishes
 //   the evaluation in progress (bounded: one pass over the dataset) and discards the rest of the queue.
 
@@ -36,6 +39,7 @@ struct SnapshotRecord {
   int64_t step = 0;
   double accuracy = 0;
   double loss = 0;
+  bool refined = false;  // evaluated only to resolve a crossing of the target between two paced evaluations
 };
 
 struct EvaluatorOptions {
@@ -43,6 +47,10 @@ struct EvaluatorOptions {
   size_t eval_batch = 1000;  // samples per forward pass (a convolutional model splits it further)
   model::Kind kind = model::Kind::kMlp;
   model::EmulationSpec emulate{};  // snapshots of an emulated model carry its padding
+  // The newest snapshot is evaluated once it is pace_s (snapshot time) after the last paced one; 0: as soon
+  // as the evaluator is free.
+  double pace_s = 0;
+  size_t held_bytes = size_t(256) << 20;  // bound on the queued and held snapshots' parameters
 };
 
 class SnapshotEvaluator {
@@ -58,7 +66,7 @@ class SnapshotEvaluator {
   // earlier than the previous snapshot's.
   Status submit(double time_s, int64_t step, std::vector<float> params);
 
-  // Waits until every submitted snapshot is evaluated. Timeout if the deadline passes first; the first
+  // Evaluates the newest snapshot at once (and its crossing, if it is one) and waits for that. Timeout if the deadline passes first; the first
   // evaluation error otherwise (sticky), else OK.
   Status drain(Deadline deadline);
 
@@ -66,7 +74,8 @@ class SnapshotEvaluator {
   bool targetReached() const;
   // The time of the first snapshot that reached the target, if any has.
   std::optional<double> timeToAccuracy() const;
-  // Evaluated snapshots so far, in order.
+  // Evaluated snapshots so far, in snapshot-time order (a crossing's refined records come before the record
+  // that revealed it, and all of them at once).
   std::vector<SnapshotRecord> records() const;
   std::optional<SnapshotRecord> latest() const;
   double targetAccuracy() const { return options_.target_accuracy; }
@@ -74,13 +83,15 @@ class SnapshotEvaluator {
 
  private:
   SnapshotEvaluator(std::unique_ptr<model::Model> model, const data::Dataset& test_set, const EvaluatorOptions& options);
-  void run();
-
   struct Pending {
     double time_s;
     int64_t step;
     std::vector<float> params;
   };
+
+  void run();
+  bool dueLocked() const;
+  Result<SnapshotRecord> evaluate(const Pending& snapshot, bool refined);
 
   std::unique_ptr<model::Model> model_;  // used by the evaluation thread only
   const data::Dataset& test_set_;
@@ -94,7 +105,10 @@ class SnapshotEvaluator {
   std::optional<double> tta_;               // guarded by mu_
   Status error_;                            // guarded by mu_
   double last_time_s_ = 0;                  // guarded by mu_
+  double paced_time_s_ = 0;                 // guarded by mu_: the last paced evaluation's snapshot time
+  bool paced_reached_ = false;              // guarded by mu_: whether it reached the target
   bool busy_ = false;                       // guarded by mu_: a snapshot is being evaluated
+  bool draining_ = false;                   // guarded by mu_: drain() waits: evaluate the newest now
   bool stop_ = false;                       // guarded by mu_
   std::atomic<bool> reached_{false};
   std::thread thread_;

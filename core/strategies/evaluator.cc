@@ -113,8 +113,9 @@ class Evaluator {
     auto records = evaluator_->records();
     for (; published_ < records.size(); ++published_) {
       const auto& r = records[published_];
-      ctx_.control.recordEvent("eval", {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy},
-                                        {"loss", r.loss}});
+      nlohmann::json fields = {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy}, {"loss", r.loss}};
+      if (r.refined) fields["refined"] = true;
+      ctx_.control.recordEvent("eval", std::move(fields));
     }
   }
 
@@ -137,6 +138,9 @@ Status runEvaluator(NodeContext& ctx) {
   options.target_accuracy = ctx.config.target_accuracy;
   CHAOSBED_ASSIGN_OR_RETURN(options.kind, model::parseKind(ctx.config.model));
   options.emulate = ctx.config.emulate;
+  // By steps, snapshots come every N gradients, more often than the evaluator can keep up with: it evaluates
+  // one every eval_interval_s and resolves each crossing of the target on the snapshots between.
+  if (ctx.config.eval_interval_steps > 0) options.pace_s = ctx.config.eval_interval_s;
   CHAOSBED_ASSIGN_OR_RETURN(auto evaluator, eval::SnapshotEvaluator::create(layers, ctx.data->test, options));
   const size_t parameters = evaluator->numParameters();
   return Evaluator(ctx, std::move(evaluator), parameters).run();

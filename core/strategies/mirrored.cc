@@ -200,7 +200,8 @@ void MirroredWorker::maybeSnapshot(bool force) {
   if (snapshot_request_ && !snapshot_request_->isComplete()) return;  // never wait for the evaluator
   const auto params = model_->parameters();
   snapshot_buffer_.resize(snapshotMessageBytes(params.size()));
-  SnapshotHeader h{progress_.step, realtimeNs(), static_cast<int64_t>(params.size())};
+  // Its step counts gradients, as the summary's steps and eval_interval_steps do: a step of W workers is W.
+  SnapshotHeader h{progress_.samples / static_cast<int64_t>(bpw_), realtimeNs(), static_cast<int64_t>(params.size())};
   std::memcpy(snapshot_buffer_.data(), &h, sizeof(h));
   std::memcpy(snapshot_buffer_.data() + sizeof(h), params.data(), params.size_bytes());
   snapshot_request_ = ctx_.transport.isend(evaluator, kSnapshotTag, snapshot_buffer_);

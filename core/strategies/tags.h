@@ -45,7 +45,7 @@ static_assert(kSnapshotTag <= kMaxP2pTag);
 static_assert(strategyTag(StrategyMessage::kMirroredGradient, 0xfff, 0xffffffff) <= kMaxP2pTag);
 
 struct SnapshotHeader {
-  int64_t step = 0;         // training steps applied to these parameters
+  int64_t step = 0;         // mini-batch gradients applied to these parameters
   int64_t realtime_ns = 0;  // CLOCK_REALTIME when the parameters were copied (the snapshot's TTA time)
   int64_t param_count = 0;  // floats that follow
 };

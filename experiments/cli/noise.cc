@@ -39,10 +39,11 @@ int runNoise(int argc, char** argv) {
     return outcome.status().code() == StatusCode::kInvalidArgument ? kExitInvalidSpec : kExitInfrastructure;
   }
   std::printf("noise: %d run(s) now, %d already complete, %d failed\n", outcome->ran, outcome->resumed, outcome->failed);
-  std::printf("%-22s %8s %12s %10s %8s %14s\n", "strategy", "reached", "TTA mean(s)", "sd(s)", "CV", "sustained CV");
+  std::printf("%-22s %8s %12s %10s %8s %14s %16s\n", "strategy", "reached", "TTA mean(s)", "sd(s)", "CV", "sustained CV",
+              "worst resolution");
   for (const auto& r : outcome->strategies)
-    std::printf("%-22s %4d/%-3d %12.3f %10.3f %7.1f%% %13.1f%%\n", r.label.c_str(), r.tta.reached, r.tta.runs, r.tta.mean,
-                r.tta.sd, 100 * r.tta.cv(), 100 * r.tta_sustained.cv());
+    std::printf("%-22s %4d/%-3d %12.3f %10.3f %7.1f%% %13.1f%% %15.2f%%\n", r.label.c_str(), r.tta.reached, r.tta.runs,
+                r.tta.mean, r.tta.sd, 100 * r.tta.cv(), 100 * r.tta_sustained.cv(), 100 * r.worst_resolution_fraction);
   std::printf("results: %s/noise.json\n", options.out_dir.c_str());
   return outcome->failed ? kExitInfrastructure : kExitPass;
 }

@@ -261,8 +261,8 @@ std::string resolutionWarnings(const std::vector<StrategyResult>& results) {
     const double share = r.tta_resolution_s / *r.tta_sustained_seconds;
     if (share <= kTtaResolutionLimit) continue;
     std::snprintf(line, sizeof line,
-                  "warning: %s's TTA (%.2f s) is known only to %.2f s, %.0f%% of it (more than %.0f%%): evaluations "
-                  "are that far apart; a smaller training.eval_interval_s or eval_interval_steps gives a finer one\n",
+                  "warning: %s's TTA (%.2f s) is known only to %.2f s, %.0f%% of it (more than %.0f%%): the snapshots "
+                  "around it are that far apart; a smaller training.eval_interval_steps gives a finer one\n",
                   r.label.c_str(), *r.tta_sustained_seconds, r.tta_resolution_s, 100 * share, 100 * kTtaResolutionLimit);
     out += line;
   }
@@ -336,7 +336,11 @@ nlohmann::json StrategyResult::toJson() const {
                       {"tta_resolution_fraction", tta_sustained_seconds && *tta_sustained_seconds > 0
                                                       ? nlohmann::json(tta_resolution_s / *tta_sustained_seconds)
                                                       : nlohmann::json(nullptr)},
+                      {"tta_steps", tta_steps ? nlohmann::json(*tta_steps) : nlohmann::json(nullptr)},
                       {"tta_resolution_steps", tta_resolution_steps ? nlohmann::json(*tta_resolution_steps) : nlohmann::json(nullptr)},
+                      {"tta_resolution_steps_fraction", tta_resolution_steps && tta_steps && *tta_steps > 0
+                                                            ? nlohmann::json(double(*tta_resolution_steps) / double(*tta_steps))
+                                                            : nlohmann::json(nullptr)},
                       {"final_accuracy", final_accuracy},
                       {"final_loss", final_loss},
                       {"steps", workers.steps},

@@ -304,8 +304,6 @@ Status Supervisor::describeStrategy() {
     result_.target_comm_compute_ratio =
         plan->targetRatio(strategy_.kind == spec::StrategyKind::kMirrored, spec_.cluster.workers);
   }
-  result_.tta_resolution_s = spec_.training.eval_interval_s;  // snapshots are taken (or ticked) that often
-  if (spec_.training.eval_interval_steps > 0) result_.tta_resolution_steps = spec_.training.eval_interval_steps;
   return Status::ok();
 }
 
@@ -480,7 +478,7 @@ void Supervisor::finishRun(chaos::Controller* controller) {
       ctx_.events->record(ev);
     }
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
-  if (result_.tta_resolution_steps) result_.tta_resolution_s = medianEvalGap(result_.timeline);
+  if (!result_.tta_sustained_seconds) result_.tta_resolution_s = medianEvalGap(result_.timeline);
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.
   {
     MutexLock lock(mu_);
@@ -509,7 +507,8 @@ namespace chaosbed::run {
 
 double medianEvalGap(const std::vector<EvalPoint>& timeline) {
   std::vector<double> times;
-  for (const EvalPoint& p : timeline) times.push_back(p.time_s);
+  for (const EvalPoint& p : timeline)
+    if (!p.refined) times.push_back(p.time_s);
   std::sort(times.begin(), times.end());
   std::vector<double> gaps;
   for (size_t i = 1; i < times.size(); ++i) gaps.push_back(times[i] - times[i - 1]);

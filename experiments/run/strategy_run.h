@@ -45,6 +45,7 @@ struct EvalPoint {
   double loss = 0;
   int64_t samples = 0;  // worker samples processed so far
   int alive = 0;        // nodes running
+  bool refined = false;  // evaluated to resolve a crossing of the target (experiments/run/tta.h)
 };
 
 // One node's time so far, summed over its incarnations: a row of node_timeseries.csv. Between two samples
@@ -62,10 +63,12 @@ struct StrategyResult {
   std::string kind;  // "mirrored" | "parameter_server"
   spec::Recipe recipe;  // the training recipe it ran with
   std::optional<double> tta_seconds;            // the first evaluation at or above the target
-  std::optional<double> tta_sustained_seconds;  // the first of sustained_evals consecutive ones
-  double tta_resolution_s = 0;                  // how late a TTA can be: the snapshot interval (by steps: the
-                                                // median time between evaluated snapshots)
-  std::optional<int64_t> tta_resolution_steps;  // eval_interval_steps, when snapshots go by steps
+  std::optional<double> tta_sustained_seconds;  // the first of sustained_evals consecutive ones (tta.h)
+  std::optional<int64_t> tta_steps;             // the gradients in that snapshot's parameters
+  // How late the sustained TTA can be: its distance to the evaluated snapshot before it; without a TTA, the
+  // median time between paced evaluations.
+  double tta_resolution_s = 0;
+  std::optional<int64_t> tta_resolution_steps;
   double final_accuracy = 0;
   double final_loss = 0;
   double wall_seconds = 0;   // start of training to stop
@@ -185,8 +188,8 @@ struct RunContext {
 
 Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySpec& strategy);
 
-// The median time between consecutive evaluated snapshots (0 with fewer than two): a TTA's resolution when
-// snapshots go by steps.
+// The median time between consecutive paced evaluations (0 with fewer than two): how coarsely a run that
+// reached no TTA was watched.
 double medianEvalGap(const std::vector<EvalPoint>& timeline);
 
 // Waits for a scrape that begins after the call (at most kAwaitScrapeLimit); warns once, naming `what`, when

@@ -5,6 +5,7 @@
 // what it reads from the nodes (events, stats, heartbeats, metrics).
 
 #include "experiments/run/strategy_run.h"
+#include "experiments/run/tta.h"
 
 #include <atomic>
 #include <glog/logging.h>
@@ -310,8 +311,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // The supervisor's thread only.
   control::FailureDetector detector_{spec_.cluster.failure_detection.timeout_s};
   std::optional<SteadyClock::time_point> last_liveness_check_;
-  int streak_ = 0;            // consecutive evaluations at or above the target
-  double streak_start_s_ = 0;
+  TtaTracker tta_{spec_.training.target_accuracy, spec_.training.sustained_evals};
   int64_t events_read_ = 0;
   int64_t total_loss_samples_ = 0;  // samples lost when every elastic member was lost at once
   bool stop_sent_ = false;

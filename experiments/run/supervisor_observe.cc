@@ -103,23 +103,24 @@ void Supervisor::handleEvent(const std::string& text) {
     p.loss = number(e, "loss", std::nan(""));
     p.samples = collectStats("worker", workers_).samples;
     p.alive = aliveCount();
+    p.refined = e.contains("refined") && e["refined"].is_boolean() && e["refined"].get<bool>();
     result_.timeline.push_back(p);
+    const bool completes = tta_.add({p.time_s, p.step}, p.accuracy, p.refined);
+    if (tta_.first() && !result_.tta_seconds) {
+      result_.tta_seconds = tta_.first()->time_s;
+      if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, *result_.tta_seconds);
+    }
+    if (completes) {
+      result_.tta_sustained_seconds = tta_.sustained()->time_s;
+      result_.tta_steps = tta_.sustained()->steps;
+      result_.tta_resolution_s = tta_.resolution()->time_s;
+      result_.tta_resolution_steps = tta_.resolution()->steps;
+      requestStop("target");
+    }
+    if (p.refined) return;  // an earlier snapshot: the latest accuracy is the paced one that follows
     result_.final_accuracy = p.accuracy;
     result_.final_loss = p.loss;
     if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
-    if (p.accuracy < spec_.training.target_accuracy) {
-      streak_ = 0;
-    } else {
-      if (streak_++ == 0) streak_start_s_ = p.time_s;
-      if (!result_.tta_seconds) {
-        result_.tta_seconds = p.time_s;
-        if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, p.time_s);
-      }
-      if (streak_ >= spec_.training.sustained_evals && !result_.tta_sustained_seconds) {
-        result_.tta_sustained_seconds = streak_start_s_;
-        requestStop("target");
-      }
-    }
   } else if (type == "restart_from_scratch" || type == "restored_after_total_loss") {
     // Every worker of elastic mirrored was lost: what they had trained beyond the state the next generation
     // resumed from (a checkpoint's samples, or none) is not in the final model. No surviving member books

@@ -284,8 +284,6 @@ void parseTraining(const ConfigNode& root, int64_t seed, TrainingSpec* t) {
   t->time_limit_s = n.optional<double>("time_limit_s", t->time_limit_s, Range::positive());
   t->eval_interval_s = n.optional<double>("eval_interval_s", t->eval_interval_s, Range::positive());
   t->eval_interval_steps = n.optional<int64_t>("eval_interval_steps", 0, Range::closed(1, int64_t(1) << 40));
-  if (t->eval_interval_steps > 0 && n.child("eval_interval_s").present())
-    n.errorAt("eval_interval_steps", "set eval_interval_s or eval_interval_steps, not both");
   t->sustained_evals = n.optional<int>("sustained_evals", t->sustained_evals, Range::closed(1, 100));
   t->checkpoint_interval_s = n.optional<double>("checkpoint_interval_s", t->checkpoint_interval_s, Range::positive());
   t->max_steps = n.nullable<int64_t>("max_steps", std::nullopt, Range::atLeast(1));

@@ -12,7 +12,7 @@
 //   data: {dataset: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
 //         # synthetic: {dataset: synthetic, samples: 8192, dims: 32, classes: 4}
 //   training: {batch_per_worker, learning_rate, momentum, weight_decay, seed, target_accuracy, time_limit_s,
-//              eval_interval_s | eval_interval_steps, sustained_evals, checkpoint_interval_s, max_steps,
+//              eval_interval_s, eval_interval_steps, sustained_evals, checkpoint_interval_s, max_steps,
 //              collective_timeout_s}
 //   strategies:                            # required, at least one; labels unique
 //     - {name: mirrored, label: m, on_failure: restart|elastic, backup_workers: 0, checkpoint_on_notice: false,
@@ -136,9 +136,10 @@ struct TrainingSpec {
   int64_t seed = 1;                    // default: the top-level seed
   double target_accuracy = 0.85;       // (0, 1]
   double time_limit_s = 300;
-  double eval_interval_s = 1.0;
-  // Evaluate every N mini-batch gradients instead (the unit of the summary's `steps`: a synchronous step of
-  // W workers is W of them), so that strategies are evaluated after equal amounts of training. 0: by seconds.
+  double eval_interval_s = 1.0;  // snapshots that often; by steps, how often the newest one is evaluated
+  // Snapshots every N mini-batch gradients instead (the unit of the summary's `steps`: a synchronous step of
+  // W workers is W of them), so that strategies are evaluated after equal amounts of training, and a TTA is
+  // resolved to N (the evaluator evaluates every snapshot around a crossing of the target). 0: by seconds.
   int64_t eval_interval_steps = 0;
   // The target counts as reached (and the run stops) at the k-th consecutive evaluation at or above it;
   // tta_sustained_seconds is the first of those k. tta_seconds stays the first crossing.

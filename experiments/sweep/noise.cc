@@ -51,8 +51,10 @@ Result<NoiseOutcome> runNoise(const NoiseOptions& options, const PointRunner& ru
   if (ec) return Status::ioError("cannot create " + options.out_dir + "/runs: " + ec.message());
   NoiseOutcome out;
   std::map<std::string, std::vector<std::optional<double>>> tta, sustained;
+  std::map<std::string, double> worst_resolution;  // the largest tta_resolution_fraction of a strategy's runs
   std::ostringstream csv;
-  csv << "run,seed,strategy,tta_seconds,tta_sustained_seconds,commit,load1_at_start,quiet\n";
+  csv << "run,seed,strategy,tta_seconds,tta_sustained_seconds,tta_steps,tta_resolution_s,tta_resolution_steps,commit,"
+         "load1_at_start,quiet\n";
   for (int i = 0; i < options.runs; ++i) {
     const int64_t seed = base.seed + i;
     spec::ExperimentSpec s = base;
@@ -83,7 +85,11 @@ Result<NoiseOutcome> runNoise(const NoiseOptions& options, const PointRunner& ru
       const auto t = field(r, "tta_seconds"), ts = field(r, "tta_sustained_seconds");
       tta[st.label].push_back(t);
       sustained[st.label].push_back(ts);
-      csv << i << "," << seed << "," << st.label << "," << num(t) << "," << num(ts) << "," << prov.value("commit", "")
+      if (const auto share = field(r, "tta_resolution_fraction"))
+        worst_resolution[st.label] = std::max(worst_resolution[st.label], *share);
+      csv << i << "," << seed << "," << st.label << "," << num(t) << "," << num(ts) << "," << num(field(r, "tta_steps"))
+          << "," << num(field(r, "tta_resolution_s")) << "," << num(field(r, "tta_resolution_steps")) << ","
+          << prov.value("commit", "")
           << "," << num(field(prov, "load1_at_start")) << "," << (prov.value("quiet", true) ? 1 : 0) << "\n";
     }
   }
@@ -95,8 +101,10 @@ Result<NoiseOutcome> runNoise(const NoiseOptions& options, const PointRunner& ru
                           {"censored_fraction", s.runs ? double(s.runs - s.reached) / s.runs : 0.0}};
   };
   for (const auto& st : base.strategies) {
-    NoiseRow row{st.label, spreadOf(tta[st.label]), spreadOf(sustained[st.label])};
-    j["strategies"][st.label] = {{"tta_seconds", spreadJson(row.tta)}, {"tta_sustained_seconds", spreadJson(row.tta_sustained)}};
+    NoiseRow row{st.label, spreadOf(tta[st.label]), spreadOf(sustained[st.label]), worst_resolution[st.label]};
+    j["strategies"][st.label] = {{"tta_seconds", spreadJson(row.tta)},
+                                 {"tta_sustained_seconds", spreadJson(row.tta_sustained)},
+                                 {"worst_resolution_fraction", row.worst_resolution_fraction}};
     out.strategies.push_back(row);
   }
   CHAOSBED_RETURN_IF_ERROR(writeFileAtomically(options.out_dir + "/noise.csv", csv.str()));

@@ -35,6 +35,7 @@ Spread spreadOf(const std::vector<std::optional<double>>& values);
 struct NoiseRow {
   std::string label;
   Spread tta, tta_sustained;
+  double worst_resolution_fraction = 0;  // the largest share of its TTA that a run's TTA resolution was
 };
 
 struct NoiseOutcome {

@@ -37,7 +37,9 @@ TEST(NoiseEndToEnd, ThreeSeedsGiveEachStrategysSpreadAndTheRunsResume) {
   std::istringstream csv(readFile(dir + "/out/noise.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "run,seed,strategy,tta_seconds,tta_sustained_seconds,commit,load1_at_start,quiet");
+  EXPECT_EQ(line,
+            "run,seed,strategy,tta_seconds,tta_sustained_seconds,tta_steps,tta_resolution_s,tta_resolution_steps,commit,"
+            "load1_at_start,quiet");
   while (std::getline(csv, line)) {
     std::vector<std::string> f;
     std::stringstream ls(line);
@@ -57,6 +59,7 @@ TEST(NoiseEndToEnd, ThreeSeedsGiveEachStrategysSpreadAndTheRunsResume) {
     EXPECT_EQ(s["reached"], 3);
     EXPECT_NEAR(s["mean_s"].get<double>(), mean, 1e-6);
     EXPECT_NEAR(s["cv"].get<double>(), std::sqrt(ss / 2) / mean, 1e-6);
+    EXPECT_GT(j["strategies"][label]["worst_resolution_fraction"].get<double>(), 0);
   }
   // Each run had no chaos, and the second ran the strategies in the other order.
   for (const char* run : {"0-seed-7", "1-seed-8", "2-seed-9"}) {

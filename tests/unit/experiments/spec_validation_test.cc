@@ -210,9 +210,6 @@ const BadSpec kBadSpecs[] = {
           "chaos:\n  faults:\n    - {name: l, action: link, at_s: 1, target: {between: [{nodes: worker-0}, {nodes: worker-1}]},\n"
           "       params: {partition: true, via: tc}}\n"),
      {"t.yaml:12:39: chaos.faults[0].params.via: 'tc' is not one of: auto, kernel, shaper"}},
-    {"evaluation by seconds and by steps at once",
-     spec(kCluster, kData, kStrategies, "training: {eval_interval_s: 1, eval_interval_steps: 100}\n"),
-     {"t.yaml:9:32: training.eval_interval_steps: set eval_interval_s or eval_interval_steps, not both"}},
     {"evaluation every zero steps",
      spec(kCluster, kData, kStrategies, "training: {eval_interval_steps: 0}\n"),
      {"t.yaml:9:33: training.eval_interval_steps: must be in [1, 1099511627776], got 0"}},
