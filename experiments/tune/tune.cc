@@ -25,14 +25,20 @@ std::string recipeId(const spec::Recipe& r, int shards, bool shards_tuned, bool 
          (batch_tuned ? "-b" + std::to_string(r.batch_per_worker) : std::string()) + "-seed" + std::to_string(seed);
 }
 
-// The sustained TTA of `label` in a finished point's summary; none when it did not reach the target.
-std::optional<double> sustainedTta(const std::string& dir, const std::string& label) {
+// The sustained TTA of `label` in a finished point's summary and its resolution (how late it can be); none
+// when it did not reach the target.
+struct PointTta {
+  double seconds = 0;
+  double resolution_s = 0;
+};
+std::optional<PointTta> sustainedTta(const std::string& dir, const std::string& label) {
   std::ifstream in(dir + "/summary.json");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (!j.is_object() || !j.contains("strategies") || !j["strategies"].contains(label)) return std::nullopt;
   const auto& s = j["strategies"][label];
   if (!s.contains("tta_sustained_seconds") || !s["tta_sustained_seconds"].is_number()) return std::nullopt;
-  return s["tta_sustained_seconds"].get<double>();
+  const bool resolved = s.contains("tta_resolution_s") && s["tta_resolution_s"].is_number();
+  return PointTta{s["tta_sustained_seconds"].get<double>(), resolved ? s["tta_resolution_s"].get<double>() : 0.0};
 }
 
 }  // namespace
@@ -127,7 +133,7 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
 
   TuneOutcome out;
   std::ostringstream csv;
-  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker\n";
+  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker,tta_resolution_s\n";
   size_t total = 0, done = 0;
   for (const auto& st : base.strategies) {
     const GridAxes g = gridAxes(st.recipe, options);
@@ -176,12 +182,13 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
                 else ++out.ran;
               }
               const auto tta = sweep::pointComplete(dir) ? sustainedTta(dir, st.label) : std::nullopt;
-              score.ttas.push_back(tta);
+              const PointTta reached = tta.value_or(PointTta{});
+              score.ttas.push_back(tta ? std::optional<double>(reached.seconds) : std::nullopt);
               csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
-                  << number(recipe.momentum) << "," << seed << "," << (tta ? number(*tta) : "") << ","
+                  << number(recipe.momentum) << "," << seed << "," << (tta ? number(reached.seconds) : "") << ","
                   << (tta ? "true" : "false") << ","
                   << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << ","
-                  << recipe.batch_per_worker << "\n";
+                  << recipe.batch_per_worker << "," << (tta ? number(reached.resolution_s) : "") << "\n";
             }
             score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
             tuning.recipes.push_back(std::move(score));

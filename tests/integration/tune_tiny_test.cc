@@ -50,13 +50,16 @@ TEST(TuneEndToEnd, EachStrategyGetsItsLowestScoringRecipeAndTheTuneResumes) {
   std::istringstream csv(readFile(dir + "/out/tune.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker");
+  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker,tta_resolution_s");
   auto base = spec::loadExperimentSpec(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
   ASSERT_TRUE(base.isOk()) << base.status().toString();
   int rows = 0;
   while (std::getline(csv, line)) {
     auto f = split(line);
-    ASSERT_EQ(f.size(), 9u) << line;
+    ASSERT_EQ(f.size(), 10u) << line;
+    if (f[6] == "true") {
+      EXPECT_GT(std::stod(f[9]), 0) << "a reached TTA has its resolution: " << line;
+    }
     // Without --tune_shards the parameter server keeps its own shard; mirrored has none. Without
     // --tune_batch every run has the spec's batch.
     EXPECT_EQ(f[7], f[1] == "parameter_server" ? "1" : "") << line;
