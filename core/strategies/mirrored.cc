@@ -192,10 +192,11 @@ void MirroredWorker::maybeSnapshot(bool force) {
   if (evaluator >= ctx_.transport.size() || evaluator == me_) return;
   const auto now = SteadyClock::now();
   // By steps: the first step boundary at or after each multiple of N gradients (global samples / batch), so
-  // that a snapshot that waited for a busy evaluator goes at the next step rather than being skipped.
+  // that a snapshot that waited for a busy evaluator goes at the next step rather than being skipped. A
+  // rollback to a checkpoint moves the count back: snapshots go on from there, not from where it was.
   const int64_t every = cfg_.eval_interval_steps * static_cast<int64_t>(bpw_);
   const int64_t tick = every > 0 ? progress_.samples / every : 0;
-  if (!force && (every > 0 ? tick <= last_snapshot_tick_ : now < next_snapshot_)) return;
+  if (!force && (every > 0 ? tick == last_snapshot_tick_ : now < next_snapshot_)) return;
   if (progress_.step == last_snapshot_step_) return;
   if (snapshot_request_ && !snapshot_request_->isComplete()) return;  // never wait for the evaluator
   const auto params = model_->parameters();

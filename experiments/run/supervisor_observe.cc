@@ -113,7 +113,7 @@ void Supervisor::handleEvent(const std::string& text) {
     if (completes) {
       result_.tta_sustained_seconds = tta_.sustained()->time_s;
       result_.tta_steps = tta_.sustained()->steps;
-      result_.tta_resolution_s = tta_.resolution()->time_s;
+      result_.tta_resolution_s = tta_.resolution()->seconds;
       result_.tta_resolution_steps = tta_.resolution()->steps;
       requestStop("target");
     }

@@ -15,7 +15,9 @@ bool TtaTracker::add(TtaPoint snapshot, double accuracy, bool refined) {
   streak_ = reached ? streak_ + 1 : 0;
   if (sustained_ || streak_ < sustained_evals_) return false;
   sustained_ = crossing_;
-  resolution_ = TtaPoint{crossing_->time_s - before_crossing_.time_s, crossing_->steps - before_crossing_.steps};
+  const int64_t steps = crossing_->steps - before_crossing_.steps;
+  resolution_ = Resolution{crossing_->time_s - before_crossing_.time_s,
+                           steps >= 0 ? std::optional<int64_t>(steps) : std::nullopt};
   return true;
 }
 

@@ -26,8 +26,13 @@ class TtaTracker {
 
   const std::optional<TtaPoint>& first() const { return first_; }
   const std::optional<TtaPoint>& sustained() const { return sustained_; }
-  // How late sustained() can be: its distance to the evaluated snapshot before it (or to the start).
-  const std::optional<TtaPoint>& resolution() const { return resolution_; }
+  // How late sustained() can be: its distance to the evaluated snapshot before it (or to the start). In
+  // steps only where that snapshot's parameters are its ancestors: none where a rollback came between.
+  struct Resolution {
+    double seconds = 0;
+    std::optional<int64_t> steps;
+  };
+  const std::optional<Resolution>& resolution() const { return resolution_; }
 
  private:
   const double target_;
@@ -36,7 +41,8 @@ class TtaTracker {
   TtaPoint previous_;           // the last evaluated snapshot: the start of training before any
   std::optional<TtaPoint> crossing_;  // the first at or above the target since the last paced one below
   TtaPoint before_crossing_;          // and the evaluated snapshot before it
-  std::optional<TtaPoint> first_, sustained_, resolution_;
+  std::optional<TtaPoint> first_, sustained_;
+  std::optional<Resolution> resolution_;
 };
 
 }  // namespace chaosbed::run

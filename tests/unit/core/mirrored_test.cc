@@ -578,6 +578,49 @@ TEST(MirroredTest, SnapshotsReachTheEvaluatorAndCheckpointsAreWritten) {
   EXPECT_EQ(c.node(1).accounting.snapshot().checkpoints_written, 0);
 }
 
+// By steps, a snapshot goes every N gradients (three workers: one per step at N = 3), and a rollback moves
+// the count back: snapshots go on from the restored step rather than waiting until training passes the
+// step it had reached before.
+TEST(MirroredTest, SnapshotsByStepsGoOnFromARollback) {
+  constexpr int kBatch = 8;
+  constexpr int64_t kSteps = 20, kKillAt = 5;
+  TrainingConfig config = tinyConfig(kBatch, kSteps);
+  config.eval_interval_steps = 3;
+  Cluster c(3, config, mirrored(), /*ranks=*/4);
+  auto evaluator = c.hub.transport(3);
+  const size_t params = model::Mlp::create({16, 32, 4}, 1)->numParameters();
+  std::vector<int64_t> steps;  // gradients in each snapshot, as they arrive
+  std::thread eval([&] {
+    std::vector<std::byte> buffer(snapshotMessageBytes(params));
+    for (;;) {
+      auto r = evaluator->irecv(kAnyPeer, kSnapshotTag, buffer);
+      ASSERT_TRUE(wait(*evaluator, r, deadlineIn(20s)).isOk());
+      SnapshotHeader h;
+      std::memcpy(&h, buffer.data(), sizeof(h));
+      steps.push_back(h.step);
+      if (h.step == 3 * kSteps) return;
+    }
+  });
+  MirroredHooks killer;
+  killer.after_gradient = [&c](int64_t step, int64_t generation) {
+    if (generation == 0 && step == kKillAt) c.hub.kill(2);
+  };
+  c.startAll({{2, killer}});
+  c.join(2);
+  c.hub.restart(2);
+  c.start(2, /*incarnation=*/1);
+  c.publish(membership(1, {0, 1, 2}, /*rollback=*/true, {2}, {0, 0, 1}));
+  c.joinAll();
+  eval.join();
+  ASSERT_FALSE(steps.empty());
+  // Without a checkpoint the rollback goes to the start: the first snapshot after it has fewer gradients
+  // than the one before it, and far fewer than the kKillAt steps reached before the failure.
+  auto back = std::adjacent_find(steps.begin(), steps.end(), [](int64_t a, int64_t b) { return b < a; });
+  ASSERT_NE(back, steps.end()) << "no snapshot went back with the rollback";
+  EXPECT_LT(*(back + 1), 3 * kKillAt) << "snapshots resumed only once training passed the failed step";
+  EXPECT_EQ(steps.back(), 3 * kSteps);
+}
+
 TEST(MirroredTest, BadInputIsRefusedWithAClearError) {
   TrainingConfig config = tinyConfig(8, 1);
   config.layers = {20, 4};  // the synthetic set is made from the layers; the dataset option decides

@@ -22,7 +22,7 @@ TEST(TtaTracker, PacedOnlyTheStreakStartsAtItsFirstEvaluation) {
   EXPECT_DOUBLE_EQ(t.first()->time_s, 2);
   EXPECT_DOUBLE_EQ(t.sustained()->time_s, 4);
   EXPECT_EQ(t.sustained()->steps, 400);
-  EXPECT_DOUBLE_EQ(t.resolution()->time_s, 1);  // the evaluation before it was at 3 s
+  EXPECT_DOUBLE_EQ(t.resolution()->seconds, 1);  // the evaluation before it was at 3 s
   EXPECT_EQ(t.resolution()->steps, 100);
 }
 
@@ -37,7 +37,7 @@ TEST(TtaTracker, RefinedEvaluationsDateTheCrossingBetweenTwoPacedOnes) {
   EXPECT_DOUBLE_EQ(t.first()->time_s, 1.2);
   EXPECT_DOUBLE_EQ(t.sustained()->time_s, 1.2);
   EXPECT_EQ(t.sustained()->steps, 1200);
-  EXPECT_NEAR(t.resolution()->time_s, 0.1, 1e-12);
+  EXPECT_NEAR(t.resolution()->seconds, 0.1, 1e-12);
   EXPECT_EQ(t.resolution()->steps, 100);
 }
 
@@ -52,7 +52,7 @@ TEST(TtaTracker, APacedEvaluationBelowTheTargetStartsAgain) {
   EXPECT_TRUE(t.add({4, 400}, 0.86, false));
   EXPECT_DOUBLE_EQ(t.first()->time_s, 0.5);
   EXPECT_DOUBLE_EQ(t.sustained()->time_s, 2.5);
-  EXPECT_DOUBLE_EQ(t.resolution()->time_s, 0.5);
+  EXPECT_DOUBLE_EQ(t.resolution()->seconds, 0.5);
 }
 
 TEST(TtaTracker, RefinedEvaluationsNeverCountTowardTheStreak) {
@@ -62,8 +62,18 @@ TEST(TtaTracker, RefinedEvaluationsNeverCountTowardTheStreak) {
   EXPECT_FALSE(t.sustained().has_value());
   EXPECT_TRUE(t.add({2, 200}, 0.9, false));
   EXPECT_DOUBLE_EQ(t.sustained()->time_s, 0.1);  // the refined run began at the first snapshot
-  EXPECT_DOUBLE_EQ(t.resolution()->time_s, 0.1);  // after the start of training
+  EXPECT_DOUBLE_EQ(t.resolution()->seconds, 0.1);  // after the start of training
   EXPECT_EQ(t.resolution()->steps, 10);
+}
+
+// A rollback between the two snapshots: the one before is no ancestor, so the resolution has no steps.
+TEST(TtaTracker, ARollbackLeavesTheResolutionWithoutSteps) {
+  TtaTracker t(kTarget, 1);
+  EXPECT_FALSE(t.add({1, 2000}, 0.84, false));
+  EXPECT_TRUE(t.add({2, 1600}, 0.86, false));
+  EXPECT_DOUBLE_EQ(t.resolution()->seconds, 1);
+  EXPECT_FALSE(t.resolution()->steps.has_value());
+  EXPECT_EQ(t.sustained()->steps, 1600);
 }
 
 TEST(TtaTracker, NothingWhileBelowTheTarget) {
