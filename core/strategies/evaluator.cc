@@ -3,10 +3,9 @@
 #include <glog/logging.h>
 
 #include <cstring>
-#include <map>
-#include <set>
 
 #include "core/eval/snapshot_evaluator.h"
+#include "core/strategies/shard_assembly.h"
 #include "core/strategies/snapshot_receiver.h"
 #include "core/strategies/tags.h"
 
@@ -15,19 +14,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The shards of one parameter-server tick, as they arrive.
-struct TickAssembly {
-  std::vector<float> params;
-  std::set<int64_t> offsets;  // shards already placed (a restarted server may resend a tick)
-  size_t covered = 0;
-  int64_t latest_ns = 0;
-  int64_t updates = 0;
-};
-
 class Evaluator {
  public:
   Evaluator(NodeContext& ctx, std::unique_ptr<eval::SnapshotEvaluator> evaluator, size_t params)
-      : ctx_(ctx), evaluator_(std::move(evaluator)), params_(params) {}
+      : ctx_(ctx), evaluator_(std::move(evaluator)), params_(params), shards_(params) {}
 
   Status run() {
     {
@@ -91,22 +81,9 @@ class Evaluator {
       LOG(WARNING) << "evaluator: malformed shard snapshot from rank " << r.source();
       return;
     }
-    if (h.tick <= completed_tick_) return;
-    TickAssembly& a = ticks_[h.tick];
-    if (a.params.empty()) a.params.resize(params_);
-    if (!a.offsets.insert(h.offset).second) return;
-    std::memcpy(a.params.data() + h.offset, shard.data() + sizeof h, size_t(h.count) * sizeof(float));
-    a.covered += size_t(h.count);
-    a.latest_ns = std::max(a.latest_ns, h.realtime_ns);
-    a.updates = std::max(a.updates, h.updates);
-    if (a.covered < params_) {
-      while (ticks_.size() > 8) ticks_.erase(ticks_.begin());  // a dead server leaves ticks incomplete
-      return;
-    }
-    completed_tick_ = h.tick;
-    TickAssembly done = std::move(a);
-    ticks_.erase(ticks_.begin(), ticks_.upper_bound(h.tick));
-    submit(secondsSinceStart(done.latest_ns), done.updates, std::move(done.params));
+    auto whole = shards_.add(h, shard.subspan(sizeof h));
+    if (!whole) return;
+    submit(secondsSinceStart(whole->realtime_ns), whole->updates, {whole->params.begin(), whole->params.end()});
   }
 
   void publish() {
@@ -122,8 +99,7 @@ class Evaluator {
   NodeContext& ctx_;
   std::unique_ptr<eval::SnapshotEvaluator> evaluator_;
   const size_t params_;
-  std::map<int64_t, TickAssembly> ticks_;
-  int64_t completed_tick_ = -1;
+  ShardAssembly shards_;
   double last_time_s_ = -1;
   size_t published_ = 0;
   SteadyClock::time_point next_reconnect_{};

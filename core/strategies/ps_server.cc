@@ -427,7 +427,6 @@ void PsServer::maybeSnapshot() {
   if (!ctx_.transport.peerStatus(evaluator).isOk() && !ctx_.transport.reconnect(evaluator, deadlineIn(100ms)).isOk())
     return;
   ShardSnapshotHeader h;
-  h.tick = tick;
   h.realtime_ns = realtimeNs();
   h.offset = int64_t(range_.offset);
   h.count = int64_t(range_.count);

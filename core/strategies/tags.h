@@ -59,16 +59,16 @@ inline constexpr size_t snapshotMessageBytes(size_t param_count) {
 // at the tick boundary t0 + tick * eval_interval_s (or, with eval_interval_steps N, once it has applied
 // tick * N workers' gradients), with tag kShardSnapshotTag: a ShardSnapshotHeader
 // followed by count floats, which belong at [offset, offset + count) of the flat parameter buffer. The
-// evaluator assembles the shards of one tick into one snapshot whose time is the latest shard's.
+// evaluator assembles the latest copy of each range into one snapshot whose time is the latest shard's
+// (core/strategies/shard_assembly.h).
 inline constexpr Tag kShardSnapshotTag = strategyTag(StrategyMessage::kShardSnapshot, 0, 0);
 
 struct ShardSnapshotHeader {
-  int64_t tick = 0;         // snapshot number: floor((realtime - t0) / eval_interval_s), or gradients / N
   int64_t realtime_ns = 0;  // when this shard was copied
   int64_t offset = 0;       // first parameter of the shard in the flat buffer
   int64_t count = 0;        // floats that follow
   int64_t updates = 0;      // updates applied to this shard so far (the "step" of a PS snapshot)
 };
-static_assert(sizeof(ShardSnapshotHeader) == 40);
+static_assert(sizeof(ShardSnapshotHeader) == 32);
 
 }  // namespace chaosbed

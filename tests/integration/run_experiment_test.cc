@@ -215,6 +215,43 @@ metrics: {listen: 127.0.0.1:0}
   }
 }
 
+// By steps, a shard restored from its checkpoint counts fewer updates than the other shard, so their
+// snapshot ticks never line up again: the evaluator must still assemble the model (by range, not by tick)
+// and go on evaluating after the restart. (It stopped at the kill: accuracy frozen, no TTA.)
+TEST(RunExperiment, AParameterServerIsStillEvaluatedByStepsAfterAShardRestart) {
+  SpecRun r;
+  ASSERT_NO_FATAL_FAILURE(runSpec("run-ps-restart-steps", R"(apiVersion: chaosbed/v1alpha1
+kind: Experiment
+metadata: {name: ps-restart-steps}
+seed: 5
+cluster: {workers: 2, servers: 2, cpu_per_node: 0}
+model: {kind: mlp, layers: [32, 32, 4]}
+data: {dataset: synthetic, samples: 4096, dims: 32, classes: 4}
+training: {batch_per_worker: 32, learning_rate: 0.00001, momentum: 0, target_accuracy: 0.99, time_limit_s: 7,
+           eval_interval_steps: 50, eval_interval_s: 0.25, checkpoint_interval_s: 0.5}  # never reached
+strategies:
+  - {name: parameter_server, on_server_failure: shard_restart}
+chaos:
+  faults:
+    - {name: kill-ps-0, action: kill, target: {role: ps, index: 0}, at_s: 1.5, restart_after: {fixed_s: 0.5}}
+metrics: {listen: 127.0.0.1:0}
+)",
+                                  &r));
+  const auto& events = r.events["parameter_server"];
+  double restarted = -1;
+  for (const auto& e : events)
+    if (e.value("type", "") == "node.restarted") restarted = e.value("t", -1.0);
+  int after = 0;
+  double last = 0;
+  for (const auto& e : events)
+    if (e.value("type", "") == "eval") {
+      last = std::max(last, e["snapshot_t"].get<double>());
+      after += e["snapshot_t"].get<double>() > 4.0;
+    }
+  EXPECT_GE(after, 4) << "evaluations stopped after the shard restart (last snapshot at " << last << " s; restart at "
+                      << restarted << " s)";
+}
+
 // A pause of known length: the paused worker books it once, as paused; its peer books it as peer idle; and
 // each process's categories add up to its wall time (accounting_residual).
 TEST(RunExperiment, APauseOfKnownLengthIsBookedOnceAsPausedAndAsPeerIdle) {
