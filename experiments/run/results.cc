@@ -257,13 +257,24 @@ std::string resolutionWarnings(const std::vector<StrategyResult>& results) {
   std::string out;
   char line[400];
   for (const StrategyResult& r : results) {
-    if (!r.tta_sustained_seconds || *r.tta_sustained_seconds <= 0 || r.tta_resolution_s <= 0) continue;
+    if (!r.tta_sustained_seconds || *r.tta_sustained_seconds <= 0) continue;
     const double share = r.tta_resolution_s / *r.tta_sustained_seconds;
-    if (share <= kTtaResolutionLimit) continue;
+    if (share > kTtaResolutionLimit) {
+      std::snprintf(line, sizeof line,
+                    "warning: %s's TTA (%.2f s) is known only to %.2f s, %.0f%% of it (more than %.0f%%): the "
+                    "snapshots around it are that far apart; a smaller training.eval_interval_steps gives a finer one\n",
+                    r.label.c_str(), *r.tta_sustained_seconds, r.tta_resolution_s, 100 * share, 100 * kTtaResolutionLimit);
+      out += line;
+      continue;
+    }
+    if (!r.tta_steps || *r.tta_steps <= 0 || !r.tta_resolution_steps) continue;
+    const double steps_share = double(*r.tta_resolution_steps) / double(*r.tta_steps);
+    if (steps_share <= kTtaResolutionLimit) continue;
     std::snprintf(line, sizeof line,
-                  "warning: %s's TTA (%.2f s) is known only to %.2f s, %.0f%% of it (more than %.0f%%): the snapshots "
-                  "around it are that far apart; a smaller training.eval_interval_steps gives a finer one\n",
-                  r.label.c_str(), *r.tta_sustained_seconds, r.tta_resolution_s, 100 * share, 100 * kTtaResolutionLimit);
+                  "warning: %s's TTA (%lld gradients) is known only to %lld of them, %.0f%% (more than %.0f%%): a "
+                  "smaller training.eval_interval_steps gives a finer one\n",
+                  r.label.c_str(), static_cast<long long>(*r.tta_steps), static_cast<long long>(*r.tta_resolution_steps),
+                  100 * steps_share, 100 * kTtaResolutionLimit);
     out += line;
   }
   return out;

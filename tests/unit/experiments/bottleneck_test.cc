@@ -56,6 +56,21 @@ TEST(TtaResolution, ARunSaysWhenItsTtaIsKnownOnlyCoarselyAndSummaryJsonHasTheSha
   EXPECT_TRUE(unreached.toJson()["tta_resolution_fraction"].is_null());
 }
 
+// Fine in seconds but coarse in steps (a fast stretch of training between the two snapshots): said too.
+TEST(TtaResolution, ARunSaysWhenItsTtaIsKnownOnlyCoarselyInSteps) {
+  StrategyResult r;
+  r.label = "parameter_server";
+  r.tta_sustained_seconds = 10;
+  r.tta_resolution_s = 0.1;
+  r.tta_steps = 1000;
+  r.tta_resolution_steps = 50;
+  const std::string w = resolutionWarnings({r});
+  EXPECT_NE(w.find("parameter_server's TTA (1000 gradients) is known only to 50 of them, 5%"), std::string::npos) << w;
+  EXPECT_DOUBLE_EQ(r.toJson()["tta_resolution_steps_fraction"].get<double>(), 0.05);
+  r.tta_resolution_steps = 20;
+  EXPECT_EQ(resolutionWarnings({r}), "");
+}
+
 TEST(Bottleneck, MirroredNamesTheWorkerTheOthersWaitedForAndHalfIsNotEnough) {
   std::map<std::string, NodeStats> slow_one = {
       {"worker-0", node(10, {{TimeCategory::kCompute, 2}, {TimeCategory::kIdlePeer, 8}})},
