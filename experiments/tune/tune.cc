@@ -133,7 +133,7 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
 
   TuneOutcome out;
   std::ostringstream csv;
-  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker,tta_resolution_s\n";
+  csv << "label,kind,learning_rate,momentum,seed,tta_sustained_s,tta_resolution_s,reached,shards,batch_per_worker\n";
   size_t total = 0, done = 0;
   for (const auto& st : base.strategies) {
     const GridAxes g = gridAxes(st.recipe, options);
@@ -186,9 +186,9 @@ Result<TuneOutcome> runTune(const TuneOptions& options, const sweep::PointRunner
               score.ttas.push_back(tta ? std::optional<double>(reached.seconds) : std::nullopt);
               csv << st.label << "," << spec::name(st.kind) << "," << number(recipe.learning_rate) << ","
                   << number(recipe.momentum) << "," << seed << "," << (tta ? number(reached.seconds) : "") << ","
-                  << (tta ? "true" : "false") << ","
+                  << (tta ? number(reached.resolution_s) : "") << "," << (tta ? "true" : "false") << ","
                   << (st.kind == spec::StrategyKind::kParameterServer ? std::to_string(shards) : std::string()) << ","
-                  << recipe.batch_per_worker << "," << (tta ? number(reached.resolution_s) : "") << "\n";
+                  << recipe.batch_per_worker << "\n";
             }
             score.score = sweep::ttaStats(score.ttas, base.training.time_limit_s).restricted_mean;
             tuning.recipes.push_back(std::move(score));

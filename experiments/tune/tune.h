@@ -15,8 +15,9 @@
 //
 // Layout of the tune directory (resumable like a sweep: a complete point is not run again):
 //   points/<label>/<id>/   one run's results directory (run/results.h)
-//   tune.csv               one row per run: label, kind, learning_rate, momentum, seed, tta_sustained_s, reached,
-//                          shards (a parameter server's; empty for mirrored), batch_per_worker
+//   tune.csv               one row per run: label, kind, learning_rate, momentum, seed, tta_sustained_s,
+//                          tta_resolution_s, reached, shards (a parameter server's; empty for mirrored),
+//                          batch_per_worker
 //   tune.json              the grid, the seeds, every recipe's score and each strategy's winner
 //   tuned.yaml             the spec with each strategy's recipe set to its winner (strategies[i].training)
 

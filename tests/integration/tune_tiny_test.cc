@@ -50,21 +50,21 @@ TEST(TuneEndToEnd, EachStrategyGetsItsLowestScoringRecipeAndTheTuneResumes) {
   std::istringstream csv(readFile(dir + "/out/tune.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,reached,shards,batch_per_worker,tta_resolution_s");
+  EXPECT_EQ(line, "label,kind,learning_rate,momentum,seed,tta_sustained_s,tta_resolution_s,reached,shards,batch_per_worker");
   auto base = spec::loadExperimentSpec(std::string(CHAOSBED_SOURCE_DIR) + "/experiments/scenarios/tiny-synthetic.yaml");
   ASSERT_TRUE(base.isOk()) << base.status().toString();
   int rows = 0;
   while (std::getline(csv, line)) {
     auto f = split(line);
     ASSERT_EQ(f.size(), 10u) << line;
-    if (f[6] == "true") {
-      EXPECT_GT(std::stod(f[9]), 0) << "a reached TTA has its resolution: " << line;
-    }
     // Without --tune_shards the parameter server keeps its own shard; mirrored has none. Without
     // --tune_batch every run has the spec's batch.
-    EXPECT_EQ(f[7], f[1] == "parameter_server" ? "1" : "") << line;
-    EXPECT_EQ(f[8], std::to_string(base->training.batch_per_worker)) << line;
-    score[f[0]][std::stod(f[2])] = f[6] == "true" ? std::stod(f[5]) : time_limit;
+    EXPECT_EQ(f[8], f[1] == "parameter_server" ? "1" : "") << line;
+    EXPECT_EQ(f[9], std::to_string(base->training.batch_per_worker)) << line;
+    if (f[7] == "true") {
+      EXPECT_GT(std::stod(f[6]), 0) << "a reached TTA has its resolution: " << line;
+    }
+    score[f[0]][std::stod(f[2])] = f[7] == "true" ? std::stod(f[5]) : time_limit;
     ++rows;
   }
   EXPECT_EQ(rows, 4);
