@@ -168,8 +168,11 @@ TEST(NetworkExposure, ANonLoopbackMetricsAddressNeedsTheFlagAndWarns) {
     EXPECT_NE(run.output().find("--metrics_addr: address '9464'"), std::string::npos) << run.output();
   }
 
-  // Allowed: the endpoint binds the wildcard, says so on stderr, and serves.
-  Child run(runArgs(dir.path() / "allowed", {"--metrics_addr", "0.0.0.0:0", "--metrics_allow_remote"}));
+  // Allowed: the endpoint binds the wildcard, says so on stderr, and serves. The sockets are looked at while
+  // the first strategy waits for a scrape with every node up: while nodes are being launched, a child between
+  // fork and exec still holds copies of the controller's sockets (closed at its exec).
+  Child run(runArgs(dir.path() / "allowed", {"--metrics_addr", "0.0.0.0:0", "--metrics_allow_remote",
+                                             "--metrics_await_scrape"}));
   auto metrics_line = run.waitForLine("metrics: http://", deadlineIn(60s));
   ASSERT_TRUE(metrics_line) << run.output();
   const std::string addr = metricsAddress(*metrics_line);
@@ -177,12 +180,14 @@ TEST(NetworkExposure, ANonLoopbackMetricsAddressNeedsTheFlagAndWarns) {
   EXPECT_NE(run.output().find("warning: the metrics endpoint listens on " + addr + ", beyond loopback"),
             std::string::npos)
       << run.output();
-  auto body = httpGet("127.0.0.1:" + addr.substr(8), "/metrics", deadlineIn(10s));
-  EXPECT_TRUE(body.isOk()) << body.status().toString();
+  ASSERT_TRUE(run.waitForLine("waiting for a scrape of " + addr + " before mirrored starts", deadlineIn(60s)))
+      << run.output();
   // Exactly the socket that was asked for is beyond loopback.
   const Snapshot s = lookAtSockets(run.pid());
   EXPECT_EQ(s.beyond_loopback, std::vector<std::string>{"pid " + std::to_string(run.pid()) + " tcp " + addr + " LISTEN"})
       << s.all;
+  auto body = httpGet("127.0.0.1:" + addr.substr(8), "/metrics", deadlineIn(10s));
+  EXPECT_TRUE(body.isOk()) << body.status().toString();
   auto rc = run.terminate(deadlineIn(60s));
   ASSERT_TRUE(rc.has_value()) << run.output();
   EXPECT_EQ(*rc, 143) << run.output();
