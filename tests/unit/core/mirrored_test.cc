@@ -226,6 +226,20 @@ StrategyOptions mirrored(bool elastic = false) {
   return o;
 }
 
+// Starts every rank, kills `rank` after its gradient of step `kill_at` in generation 0, starts its
+// replacement and publishes the generation `next` it recovers in.
+void killAndReplace(Cluster& c, int rank, int64_t kill_at, const Membership& next) {
+  MirroredHooks killer;
+  killer.after_gradient = [&c, rank, kill_at](int64_t step, int64_t generation) {
+    if (generation == 0 && step == kill_at) c.hub.kill(rank);
+  };
+  c.startAll({{rank, killer}});
+  c.join(rank);
+  c.hub.restart(rank);
+  c.start(rank, /*incarnation=*/1);
+  c.publish(next);
+}
+
 TEST(MirroredTest, WorkersFollowTheTrajectoryOfOneProcessWithTheGlobalBatch) {
   constexpr int kGlobalBatch = 32;
   constexpr int64_t kSteps = 40;  // more than one epoch of 1024 samples
@@ -325,15 +339,7 @@ TEST(MirroredTest, RestartRestoresTheLatestCheckpoint) {
   TrainingConfig config = tinyConfig(kBatch, kSteps);
   config.checkpoint_interval_s = 0;
   Cluster c(2, config, mirrored());
-  MirroredHooks killer;
-  killer.after_gradient = [&c](int64_t step, int64_t generation) {
-    if (generation == 0 && step == kKillAt) c.hub.kill(1);
-  };
-  c.startAll({{1, killer}});
-  c.join(1);
-  c.hub.restart(1);
-  c.start(1, 1);
-  c.publish(membership(1, {0, 1}, true, {1}, {0, 1}));
+  killAndReplace(c, 1, kKillAt, membership(1, {0, 1}, true, {1}, {0, 1}));
   c.joinAll();
   const std::vector<float> reference = referenceParameters(c.config(), c.train(), 2 * kBatch, kSteps);
   for (int r = 0; r < 2; ++r) expectNear(c.outcome(r).parameters, reference, "rank " + std::to_string(r));
@@ -601,15 +607,7 @@ TEST(MirroredTest, SnapshotsByStepsGoOnFromARollback) {
       if (h.step == 3 * kSteps) return;
     }
   });
-  MirroredHooks killer;
-  killer.after_gradient = [&c](int64_t step, int64_t generation) {
-    if (generation == 0 && step == kKillAt) c.hub.kill(2);
-  };
-  c.startAll({{2, killer}});
-  c.join(2);
-  c.hub.restart(2);
-  c.start(2, /*incarnation=*/1);
-  c.publish(membership(1, {0, 1, 2}, /*rollback=*/true, {2}, {0, 0, 1}));
+  killAndReplace(c, 2, kKillAt, membership(1, {0, 1, 2}, /*rollback=*/true, {2}, {0, 0, 1}));
   c.joinAll();
   eval.join();
   ASSERT_FALSE(steps.empty());
