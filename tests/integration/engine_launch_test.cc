@@ -17,6 +17,7 @@
 
 #include "chaosbed/config.h"
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -64,6 +65,7 @@ void runBesideLauncher(testing::Command& agents, const std::string& spec, const 
     EXPECT_EQ(s["failures"].get<int>(), 1) << "the kill, and nothing else";
   }
   std::set<std::string> via;
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   std::ifstream events(out + "/events.jsonl");
   for (std::string line; std::getline(events, line);) {
     const auto e = nlohmann::json::parse(line);

@@ -15,6 +15,7 @@
 #include "core/data/dataset.h"
 #include "experiments/run/results.h"
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -56,6 +57,7 @@ void runSpec(const std::string& tag, const std::string& yaml, SpecRun* out,
   ASSERT_EQ(*code, 0) << run.output();
   out->dir = dir + "/r";
   out->summary = nlohmann::json::parse(readFile(dir + "/r/summary.json"));
+  EXPECT_TRUE(testing::EventsMatchSchema(dir + "/r/events.jsonl"));
   std::istringstream lines(readFile(dir + "/r/events.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     auto e = nlohmann::json::parse(line, nullptr, false);
@@ -96,6 +98,7 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   EXPECT_EQ(series.rfind("time_s,strategy,accuracy,loss,samples,alive_nodes\n", 0), 0u);
   EXPECT_NE(series.find(",mirrored,"), std::string::npos);
   EXPECT_NE(series.find(",parameter_server,"), std::string::npos);
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   const std::string events = readFile(out + "/events.jsonl");
   EXPECT_NE(events.find("\"chaos.planned\""), std::string::npos) << "the scenario's pause was not planned";
   // The pause is planned at 0.05 s: a strategy that trained past it must have met it.
@@ -522,6 +525,7 @@ TEST(RunExperiment, TwoHundredSixtySimulatedNodesAttachToOneController) {
   ASSERT_EQ(*code, 0) << run.output();
   const auto summary = nlohmann::json::parse(readFile(out + "/summary.json"));
   EXPECT_TRUE(summary["simulated"].is_string()) << "a simulated run must say so: " << summary.dump();
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   std::map<std::string, std::vector<nlohmann::json>> events;
   std::istringstream lines(readFile(out + "/events.jsonl"));
   for (std::string line; std::getline(lines, line);) {

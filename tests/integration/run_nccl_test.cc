@@ -10,6 +10,7 @@
 
 #include "chaosbed/config.h"
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 #if CHAOSBED_HAVE_NCCL
 #include "transports/nccl/communicator.h"
 #endif
@@ -84,6 +85,7 @@ TEST(RunNccl, MirroredAllReducesOnTheGpuAndRecoversFromAKill) {
   EXPECT_GE(m["final_accuracy"].get<double>(), 0.8) << m.dump();
   EXPECT_EQ(m["faults_applied"].get<int>(), 1) << m.dump();
   EXPECT_GE(m["recoveries"].get<int>(), 1) << m.dump();
+  EXPECT_TRUE(testing::EventsMatchSchema(dir + "/out/events.jsonl"));
   const std::string events = readFile(dir + "/out/events.jsonl");
   EXPECT_NE(events.find("\"chaos.applied\""), std::string::npos);
   EXPECT_TRUE(testing::processesMentioning(dir + "/out").empty()) << "node processes outlived the run";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -77,6 +78,7 @@ TEST_P(CollectiveFailure, EndsInANewGenerationARecoveryAndTheTarget) {
   EXPECT_LE(s["accounting_residual"].get<double>(), 0.01) << s["accounting_residual_node"];
 
   std::vector<json> events;
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   std::istringstream lines(testing::readFile(out + "/events.jsonl"));
   for (std::string line; std::getline(lines, line);)
     if (json e = json::parse(line, nullptr, false); e.is_object()) events.push_back(std::move(e));

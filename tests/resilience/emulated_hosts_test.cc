@@ -22,6 +22,7 @@
 #include "core/data/dataset.h"
 #include "core/isolation/emulated_hosts.h"
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -229,6 +230,7 @@ TEST(EmulatedHostsRun, BothStrategiesReachTheTargetAcrossFourHosts) {
   }
   // Who carried out each link fault: the kernel for the cap and the partition, the shapers for the latency.
   std::map<std::string, std::set<std::string>> via;
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   std::ifstream events(out + "/events.jsonl");
   for (std::string line; std::getline(events, line);) {
     const auto e = nlohmann::json::parse(line);

@@ -19,6 +19,7 @@
 #include "chaos/state.h"
 #include "core/isolation/cgroup.h"
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -113,6 +114,7 @@ TEST_P(HostHeal, ChaosHealLeavesNothingOfARunWhoseAgentAndControllerWereKilled) 
   for (const Deadline d = deadlineIn(5s); !testing::processesMentioning(out).empty() && SteadyClock::now() < d;)
     std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(testing::processesMentioning(out).empty()) << "node processes of the dead run are left";
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));  // what two SIGKILLs and a heal left
   fs::remove_all(dir);
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -134,6 +135,7 @@ TEST_F(StartupLoss, WorkersLostAtTheStartAreReplacedAndBothStrategiesReachTheTar
 
   summary_ = json::parse(readFile(out + "/summary.json"), nullptr, false);
   ASSERT_FALSE(summary_.is_discarded()) << "unreadable summary.json in " << out;
+  EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   std::istringstream lines(readFile(out + "/events.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     json e = json::parse(line, nullptr, false);

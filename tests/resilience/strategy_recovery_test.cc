@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tests/testing/command.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed {
 namespace {
@@ -145,6 +146,7 @@ class StrategyRecovery : public ::testing::TestWithParam<Policy> {
     EXPECT_TRUE(summary.value("complete", false));
     ASSERT_TRUE(summary["strategies"].contains(p.name)) << summary.dump(2);
     run->summary = summary["strategies"][p.name];
+    EXPECT_TRUE(testing::EventsMatchSchema(run->out + "/events.jsonl"));
     std::istringstream lines(readFile(run->out + "/events.jsonl"));
     for (std::string line; std::getline(lines, line);) {
       json e = json::parse(line, nullptr, false);
