@@ -90,9 +90,8 @@ class Evaluator {
     auto records = evaluator_->records();
     for (; published_ < records.size(); ++published_) {
       const auto& r = records[published_];
-      nlohmann::json fields = {{"snapshot_t", r.time_s}, {"step", r.step}, {"accuracy", r.accuracy}, {"loss", r.loss}};
-      if (r.refined) fields["refined"] = true;
-      ctx_.control.recordEvent("eval", std::move(fields));
+      ctx_.control.record(node_events::Eval{
+          .snapshot_t = r.time_s, .step = r.step, .accuracy = r.accuracy, .loss = r.loss, .refined = r.refined});
     }
   }
 

@@ -161,8 +161,8 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
     // would, and the state is synchronised again; with none, the run starts from scratch and says so.
     CHAOSBED_RETURN_IF_ERROR(restoreCheckpoint());
     if (me_ == comm_.members.front())
-      ctx_.control.recordEvent(progress_.step > 0 ? "restored_after_total_loss" : "restart_from_scratch",
-                               {{"step", progress_.step}, {"samples", progress_.samples}, {"generation", m.generation}});
+      ctx_.control.record(node_events::TotalLoss{
+          .restored = progress_.step > 0, .step = progress_.step, .samples = progress_.samples, .generation = m.generation});
   }
   bool uniform = true;
   for (const SyncInfo& s : all) uniform = uniform && s.has_state && s.step == newest;
@@ -190,10 +190,12 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
             ? (predecessor_step - progress_.step) * static_cast<int64_t>(bpw_)
             : 0;
     if (lost + predecessor_lost > 0) ctx_.accounting.rollback(lost + predecessor_lost);
-    ctx_.control.recordEvent("rollback", {{"step", progress_.step},
-                                          {"from_step", pre_rollback_step},
-                                          {"samples_lost", lost + predecessor_lost},
-                                          {"generation", m.generation}});
+    ctx_.control.record(node_events::MirroredRollback{.step = progress_.step,
+                                                      .from_step = pre_rollback_step >= 0
+                                                                       ? std::optional<int64_t>(pre_rollback_step)
+                                                                       : std::nullopt,
+                                                      .samples_lost = lost + predecessor_lost,
+                                                      .generation = m.generation});
   }
   resetSampleHistory();
   return Status::ok();
@@ -202,11 +204,11 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
 // "failure_detected": the controller's Supervision answers a failure that no process exit explains with a
 // new generation (experiments/run: onCollectiveFailure, onTick).
 void MirroredWorker::reportFailure(const Status& why, int64_t generation, const std::string& reason) {
-  ctx_.control.recordEvent("failure_detected", {{"lost_rank", why.peer()},
-                                                {"step", progress_.step},
-                                                {"generation", generation},
-                                                {"reason", reason},
-                                                {"error", why.toString()}});
+  ctx_.control.record(node_events::MirroredFailureDetected{.lost_rank = why.peer(),
+                                                           .step = progress_.step,
+                                                           .generation = generation,
+                                                           .reason = reason,
+                                                           .error = why.toString()});
 }
 
 Status MirroredWorker::recover(const Status& why, SteadyClock::time_point failed_at, bool& stopped,
@@ -247,11 +249,11 @@ Status MirroredWorker::switchGeneration(int64_t generation, bool& stopped) {
   Status s = m.isOk() ? enterGeneration(*m) : m.status();
   if (s.isOk()) {
     ctx_.accounting.add(TimeCategory::kIdleRecovery, secondsSince(started));
-    ctx_.control.recordEvent("membership_changed", {{"generation", generation},
-                                                    {"workers", m->workers},
-                                                    {"joined", m->joined},
-                                                    {"step", progress_.step},
-                                                    {"seconds", secondsSince(started)}});
+    ctx_.control.record(node_events::MembershipChanged{.generation = generation,
+                                                       .workers = m->workers,
+                                                       .joined = m->joined,
+                                                       .step = progress_.step,
+                                                       .seconds = secondsSince(started)});
     return s;
   }
   if (!isPeerFailure(s)) return s;
