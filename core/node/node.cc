@@ -202,7 +202,7 @@ Status runSimulatedNode(const std::string& role, const NodeConfig& c, ControlCha
     // every process that started is heard from once.
     for (bool first = true; result.isOk() && (first || !control.stopRequested()); first = false) {
       if (SteadyClock::now() >= next_report) {
-        result = control.append(node_events::SimulatedReport{.seq = reports++});
+        result = control.append(events::SimulatedReport{.seq = reports++});
         next_report += interval;
         continue;
       }
@@ -213,7 +213,7 @@ Status runSimulatedNode(const std::string& role, const NodeConfig& c, ControlCha
       auto m = control.waitMembershipAfter(seen, next_report);
       if (m.isOk()) {
         seen = m->generation;
-        result = control.append(node_events::MembershipSeen{.generation = seen});
+        result = control.append(events::MembershipSeen{.generation = seen});
       } else if (m.status().code() != StatusCode::kTimeout) {
         control.waitStopRequested(next_report);  // logged by the channel; try again at the next report
       }
@@ -349,7 +349,7 @@ int runNodeProcess(const NodeLaunch& launch) {
   control.stopBackground();  // sends the final report
   if (!result.isOk()) {
     LOG(ERROR) << node << ": " << result.toString();
-    control.record(node_events::Error{.message = result.toString()});
+    control.record(events::Error{.message = result.toString()});
     return kExitInfrastructure;
   }
   if (control.controllerLost()) {

@@ -80,19 +80,16 @@ Status ControlChannel::reportStats(const NodeStats& stats) {
   return store_.set(keys_.stats(node_, incarnation_), stats.toJson().dump());
 }
 
-Status ControlChannel::event(const std::string& type, nlohmann::json fields) {
-  if (!fields.is_object()) fields = nlohmann::json::object();
-  fields["type"] = type;
-  fields["node"] = node_;
-  fields["incarnation"] = incarnation_;
-  fields["t"] = start_ns_ ? elapsed() : 0.0;
+Status ControlChannel::append(events::NodePayload e) {
+  const events::NodeEvent line{node_, incarnation_, start_ns_ ? elapsed() : 0.0, std::move(e)};
   // One atomic append: a node killed at any instant leaves the whole event or nothing, never a hole.
-  auto n = store_.append(keys_.events(), fields.dump());
+  auto n = store_.append(keys_.events(), events::toJson(line).dump());
   return n.isOk() ? Status::ok() : n.status();
 }
 
-void ControlChannel::recordEvent(const std::string& type, nlohmann::json fields) {
-  if (Status s = event(type, std::move(fields)); !s.isOk()) {
+void ControlChannel::record(events::NodePayload e) {
+  const char* type = events::typeName(e);
+  if (Status s = append(std::move(e)); !s.isOk()) {
     if (events_lost_.fetch_add(1) == 0) LOG(WARNING) << node_ << ": event " << type << " not recorded: " << s.toString();
   } else {
     events_lost_.store(0);

@@ -40,7 +40,7 @@
 #include "core/control/membership.h"
 #include "core/metrics/accounting.h"
 #include "core/runtime/link_command.h"
-#include "core/runtime/node_events.h"
+#include "core/runtime/events.h"
 #include "transports/bootstrap/store.h"
 #include "transports/base/status.h"
 #include "transports/base/thread_annotations.h"
@@ -100,18 +100,11 @@ class ControlChannel {
   int64_t startNs() const { return start_ns_; }
 
   Status reportStats(const NodeStats& stats);
-  // Appends a node event (core/runtime/node_events.h) as {"type", "node", "incarnation", "t": elapsed(),
-  // ...its fields}.
-  template <class Event>
-  Status append(const Event& e) {
-    return event(node_events::typeOf(e), node_events::toJson(e));
-  }
+  // Appends a node event (core/runtime/events.h) from this node, at elapsed().
+  Status append(events::NodePayload e);
   // The same, best effort: an event the store does not take (the controller has gone at the end of a run,
   // say) is logged, the first of a streak, and never stops the node's work.
-  template <class Event>
-  void record(const Event& e) {
-    recordEvent(node_events::typeOf(e), node_events::toJson(e));
-  }
+  void record(events::NodePayload e);
   Status noticeReceived();
 
   // Set when the controller published "stop", or when the watchers found the controller gone.
@@ -151,8 +144,6 @@ class ControlChannel {
   const std::string& prefix() const { return prefix_; }
 
  private:
-  Status event(const std::string& type, nlohmann::json fields);
-  void recordEvent(const std::string& type, nlohmann::json fields);
   // A watcher's long poll: the store answers at once when the key appears, so this bounds only how often an
   // idle watcher asks again (at 69 nodes, 200 ms polls were most of the controller's CPU). stopBackground
   // interrupts the polls in flight (polls_), so it does not delay a node's exit.

@@ -90,7 +90,7 @@ class Evaluator {
     auto records = evaluator_->records();
     for (; published_ < records.size(); ++published_) {
       const auto& r = records[published_];
-      ctx_.control.record(node_events::Eval{
+      ctx_.control.record(events::Eval{
           .snapshot_t = r.time_s, .step = r.step, .accuracy = r.accuracy, .loss = r.loss, .refined = r.refined});
     }
   }

@@ -178,7 +178,7 @@ void MirroredWorker::completeStep(int64_t global_samples, int64_t my_samples, St
   if (recovery_started_) {
     const double seconds = secondsSince(*recovery_started_);
     ctx_.accounting.recovery(seconds);
-    ctx_.control.record(node_events::MirroredRecovered{
+    ctx_.control.record(events::MirroredRecovered{
         .seconds = seconds, .generation = membership_.generation, .step = progress_.step});
     recovery_started_.reset();
   }
@@ -250,10 +250,10 @@ void MirroredWorker::writeCheckpoint(const char* reason) {
   ctx_.accounting.add(TimeCategory::kCheckpoint, secondsSince(started));
   ctx_.accounting.checkpoint(s.isOk());
   if (s.isOk()) {
-    ctx_.control.record(node_events::MirroredCheckpoint{.step = progress_.step, .reason = reason});
+    ctx_.control.record(events::MirroredCheckpoint{.step = progress_.step, .reason = reason});
   } else {
     LOG(WARNING) << "mirrored rank " << me_ << ": checkpoint of step " << progress_.step << " failed: " << s.toString();
-    ctx_.control.record(node_events::MirroredCheckpointFailed{.step = progress_.step, .error = s.toString()});
+    ctx_.control.record(events::MirroredCheckpointFailed{.step = progress_.step, .error = s.toString()});
   }
   next_checkpoint_ = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                               std::chrono::duration<double>(cfg_.checkpoint_interval_s));
@@ -353,7 +353,7 @@ Result<MirroredOutcome> MirroredWorker::run() {
       if (me_ == saver) writeCheckpoint("notice");
       if (contains(out.noticed, me_)) {
         left_on_notice_ = true;
-        ctx_.control.record(node_events::MirroredLeftOnNotice{.step = progress_.step, .generation = membership_.generation});
+        ctx_.control.record(events::MirroredLeftOnNotice{.step = progress_.step, .generation = membership_.generation});
         break;
       }
       const auto departed = SteadyClock::now();

@@ -161,7 +161,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
     // would, and the state is synchronised again; with none, the run starts from scratch and says so.
     CHAOSBED_RETURN_IF_ERROR(restoreCheckpoint());
     if (me_ == comm_.members.front())
-      ctx_.control.record(node_events::TotalLoss{
+      ctx_.control.record(events::TotalLoss{
           .restored = progress_.step > 0, .step = progress_.step, .samples = progress_.samples, .generation = m.generation});
   }
   bool uniform = true;
@@ -190,7 +190,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
             ? (predecessor_step - progress_.step) * static_cast<int64_t>(bpw_)
             : 0;
     if (lost + predecessor_lost > 0) ctx_.accounting.rollback(lost + predecessor_lost);
-    ctx_.control.record(node_events::MirroredRollback{.step = progress_.step,
+    ctx_.control.record(events::MirroredRollback{.step = progress_.step,
                                                       .from_step = pre_rollback_step >= 0
                                                                        ? std::optional<int64_t>(pre_rollback_step)
                                                                        : std::nullopt,
@@ -204,7 +204,7 @@ Status MirroredWorker::syncState(bool rolled_back, int64_t pre_rollback_step, co
 // "failure_detected": the controller's Supervision answers a failure that no process exit explains with a
 // new generation (experiments/run: onCollectiveFailure, onTick).
 void MirroredWorker::reportFailure(const Status& why, int64_t generation, const std::string& reason) {
-  ctx_.control.record(node_events::MirroredFailureDetected{.lost_rank = why.peer(),
+  ctx_.control.record(events::MirroredFailureDetected{.lost_rank = why.peer(),
                                                            .step = progress_.step,
                                                            .generation = generation,
                                                            .reason = reason,
@@ -249,7 +249,7 @@ Status MirroredWorker::switchGeneration(int64_t generation, bool& stopped) {
   Status s = m.isOk() ? enterGeneration(*m) : m.status();
   if (s.isOk()) {
     ctx_.accounting.add(TimeCategory::kIdleRecovery, secondsSince(started));
-    ctx_.control.record(node_events::MembershipChanged{.generation = generation,
+    ctx_.control.record(events::MembershipChanged{.generation = generation,
                                                        .workers = m->workers,
                                                        .joined = m->joined,
                                                        .step = progress_.step,

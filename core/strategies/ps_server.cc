@@ -150,7 +150,7 @@ Status PsServer::restore() {
     // A synchronous round held one gradient per worker (fewer if one was down: this counts it full).
     gradients_applied_ = version_ * (ctx_.strategy.max_staleness == 0 ? ctx_.workers : 1);
     for (const auto& skipped : loaded->skipped) LOG(WARNING) << "ps-" << shard_ << ": skipped " << skipped;
-    ctx_.control.record(node_events::ShardRestored{.shard = shard_, .version = version_, .path = loaded->path});
+    ctx_.control.record(events::ShardRestored{.shard = shard_, .version = version_, .path = loaded->path});
   }
   // Updates the previous incarnation applied after this checkpoint (all of them, without one) are lost.
   const std::string applied_key = "ps/" + std::to_string(shard_) + "/applied";
@@ -170,7 +170,7 @@ Status PsServer::restore() {
   const int64_t lost_updates = std::max<int64_t>(0, applied_version - version_);
   const int64_t lost = lost_updates * ctx_.config.batch_per_worker / std::max(1, ctx_.servers);
   ctx_.accounting.rollback(lost);
-  ctx_.control.record(node_events::ShardRollback{
+  ctx_.control.record(events::ShardRollback{
       .shard = shard_, .version = version_, .lost_updates = lost_updates, .samples_lost = lost});
   return Status::ok();
 }
@@ -470,10 +470,10 @@ void PsServer::reportCheckpoints() {
   for (const AsyncCheckpointWriter::Completed& c : writer_->takeCompleted()) {
     ctx_.accounting.checkpoint(c.status.isOk());
     if (c.status.isOk()) {
-      ctx_.control.record(node_events::ShardCheckpoint{.shard = shard_, .version = int64_t(c.step)});
+      ctx_.control.record(events::ShardCheckpoint{.shard = shard_, .version = int64_t(c.step)});
     } else {
       LOG(WARNING) << "ps-" << shard_ << ": checkpoint of version " << c.step << " failed: " << c.status.toString();
-      ctx_.control.record(node_events::ShardCheckpointFailed{
+      ctx_.control.record(events::ShardCheckpointFailed{
           .shard = shard_, .version = int64_t(c.step), .error = c.status.toString()});
     }
   }
@@ -488,7 +488,7 @@ void PsServer::onNotice() {
     saved = writer_->flush(deadlineIn(10s));
   }
   reportCheckpoints();
-  ctx_.control.record(node_events::ShardNoticeCheckpoint{
+  ctx_.control.record(events::ShardNoticeCheckpoint{
       .shard = shard_, .version = version_, .saved = saved.isOk(), .error = saved.isOk() ? "" : saved.toString()});
 }
 

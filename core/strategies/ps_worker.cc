@@ -123,7 +123,7 @@ Status PsWorker::exchange(bool push, int64_t samples) {
 Status PsWorker::awaitServer(const Status& why) {
   if (!recovering_since_) {
     recovering_since_ = ctx_.control.elapsed();
-    ctx_.control.record(node_events::PsWorkerFailureDetected{.lost = why.peer(), .status = why.toString()});
+    ctx_.control.record(events::PsWorkerFailureDetected{.lost = why.peer(), .status = why.toString()});
   }
   Accounting::Timer t(ctx_.accounting, TimeCategory::kIdleServer);
   for (int s = 0; s < int(ranges_.size()); ++s) {
@@ -158,7 +158,7 @@ Status PsWorker::run() {
     Accounting::Frame iteration(ctx_.accounting, TimeCategory::kCompute);
     if (timeUp(ctx_) || (ctx_.config.max_steps > 0 && steps >= ctx_.config.max_steps)) break;
     if (ctx_.strategy.checkpoint_on_notice && ctx_.noticeReceived()) {
-      ctx_.control.record(node_events::PsWorkerLeftOnNotice{.step = steps});
+      ctx_.control.record(events::PsWorkerLeftOnNotice{.step = steps});
       break;
     }
     const auto step_start = SteadyClock::now();
@@ -183,7 +183,7 @@ Status PsWorker::run() {
     if (recovering_since_) {
       const double took = ctx_.control.elapsed() - *recovering_since_;
       ctx_.accounting.recovery(took);
-      ctx_.control.record(node_events::PsWorkerRecovered{.seconds = took});
+      ctx_.control.record(events::PsWorkerRecovered{.seconds = took});
       recovering_since_.reset();
     }
   }

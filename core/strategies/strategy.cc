@@ -143,7 +143,7 @@ void EmulatedAccelerator::afterCompute(SteadyClock::time_point compute_started) 
   if (compute_->computeSeconds() && !reported_) {
     reported_ = true;
     const double compute = *compute_->computeSeconds();
-    ctx_->control.record(node_events::EmulationCalibrated{
+    ctx_->control.record(events::EmulationCalibrated{
         .compute_seconds = compute, .target_ratio = target_ratio_, .transfer_seconds = compute * target_ratio_});
   }
   if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));

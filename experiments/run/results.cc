@@ -406,6 +406,7 @@ nlohmann::json StrategyResult::ControlPlane::toJson() const {
     return {{"p50", at(0.5)}, {"p99", at(0.99)}, {"max", at(1.0)}};
   };
   return {{"events", events},
+          {"malformed_events", malformed_events},
           {"event_latency_ms", quantiles_ms(event_latency_s)},
           {"supervision_pass_ms", quantiles_ms(supervision_pass_s)},
           {"controller_cpu_fraction", wall_seconds > 0 ? cpu_seconds / wall_seconds : 0.0},

@@ -148,13 +148,18 @@ void Supervisor::onExit(const ExitInfo& info) {
   exits_.push_back(info);
 }
 
+void Supervisor::record(nlohmann::json event) {
+  if (!ctx_.events) return;
+  event["strategy"] = strategy_.label;
+  ctx_.events->record(std::move(event));
+}
+
 Status Supervisor::restartLocked(const std::string& node) {
   auto pid = launcher_->restart(node, deadlineIn(5s));
   if (!pid.isOk()) return pid.status();
   const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
   if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
-  if (ctx_.events) ctx_.events->record({{"type", "node.restarted"}, {"strategy", strategy_.label},
-                                              {"node", node}, {"incarnation", incarnation}, {"t", now()}});
+  record(events::toJson(events::NodeRestarted{.node = node, .incarnation = incarnation, .t = now()}));
   return Status::ok();
 }
 
@@ -171,15 +176,12 @@ void Supervisor::execute(const std::vector<control::Action>& actions) {
         const Membership& m = a.membership;
         if (Status s = ctx_.store->set(keys_.membership(m.generation), m.toJson().dump()); !s.isOk())
           LOG(ERROR) << "publishing membership: " << s.toString();
-        if (ctx_.events) ctx_.events->record({{"type", "membership"}, {"strategy", strategy_.label},
-                                                    {"membership", m.toJson()}, {"t", now()}});
+        record(events::toJson(events::MembershipPublished{.membership = m, .t = now()}));
         break;
       }
       case control::Action::Kind::kRecovery:
         recordRecovery(a.seconds, a.cause);
-        if (ctx_.events)
-          ctx_.events->record({{"type", "recovery"}, {"strategy", strategy_.label}, {"seconds", a.seconds},
-                                     {"cause", a.cause}, {"t", now()}});
+        record(events::toJson(events::RecoveryBooked{.seconds = a.seconds, .cause = a.cause, .t = now()}));
         break;
     }
   }
@@ -236,8 +238,7 @@ void Supervisor::handleExits() {
         // "#n" as the control plane counts incarnations (predecessors), as accounting_residual_node does.
         result_.crashes.push_back({e.name + "#" + std::to_string(e.incarnation - 1), e.describe(), t});
       }
-      if (ctx_.events) ctx_.events->record({{"type", "node.exited"}, {"strategy", strategy_.label}, {"node", e.name},
-                                                  {"how", e.describe()}, {"by_chaos", exit.by_chaos}, {"t", t}});
+      record(events::toJson(events::NodeExited{.node = e.name, .how = e.describe(), .by_chaos = exit.by_chaos, .t = t}));
       execute(actions);
     }
     // Taken up: a replacement that waited for it (a vanished node's, or one asked for while this exit was
@@ -290,8 +291,7 @@ void Supervisor::requestStop(const std::string& reason) {
     supervision_->onStop(result_.wall_seconds);
   }
   (void)ctx_.store->set(keys_.stop(), reason);  // nodes that do not hear it are stopped by the launcher
-  if (ctx_.events) ctx_.events->record({{"type", "run.stop"}, {"strategy", strategy_.label}, {"reason", reason},
-                                              {"t", result_.wall_seconds}});
+  record(events::toJson(events::RunStopped{.reason = reason, .t = result_.wall_seconds}));
 }
 
 Status Supervisor::describeStrategy() {
@@ -346,7 +346,7 @@ Status Supervisor::startTraining(chaos::Controller* controller) {
   start_ns_ = realtimeNs();
   controller_cpu_at_start_ = processUsage().cpu_seconds;
   CHAOSBED_RETURN_IF_ERROR(ctx_.store->set(keys_.start(), std::to_string(start_ns_)));
-  if (ctx_.events) ctx_.events->record({{"type", "run.start"}, {"strategy", strategy_.label}, {"start_ns", start_ns_}});
+  record(events::toJson(events::RunStarted{.start_ns = start_ns_}));
   if (controller) CHAOSBED_RETURN_IF_ERROR(controller->start());
   return Status::ok();
 }
@@ -470,13 +470,11 @@ void Supervisor::finishRun(chaos::Controller* controller) {
     MutexLock lock(exits_mu_);
     result_.fault_episodes = faultEpisodes(fault_starts_, step_samples_);
   }
-  for (const FaultEpisode& e : result_.fault_episodes)
-    if (ctx_.events) {
-      nlohmann::json ev = e.toJson();
-      ev["type"] = "fault.episode";
-      ev["strategy"] = strategy_.label;
-      ctx_.events->record(ev);
-    }
+  for (const FaultEpisode& e : result_.fault_episodes) {
+    nlohmann::json ev = e.toJson();  // summary.json's fault_episodes entry, as an event
+    ev["type"] = "fault.episode";
+    record(std::move(ev));
+  }
   if (result_.wall_seconds <= 0) result_.wall_seconds = now();
   if (!result_.tta_sustained_seconds) result_.tta_resolution_s = medianEvalGap(result_.timeline);
   // A run that ends within a progress period of an async worker's loss: the survivors' steps since count.

@@ -114,6 +114,7 @@ struct StrategyResult {
   // nodes one controller can drive (docs/design.md, "Scale").
   struct ControlPlane {
     int64_t events = 0;                   // node events taken from the store
+    int64_t malformed_events = 0;         // and refused: malformed, of an unknown type or with unknown fields
     std::vector<double> event_latency_s;  // per event: from the node's append to the controller's read
     // Per tick of the supervisor's loop during training: how long it took up exits, replacements, events,
     // liveness and Supervision's decisions (a long pass delays every one of them).

@@ -31,6 +31,7 @@
 #include "core/launcher/launcher.h"
 #include "core/runtime/control.h"
 #include "core/runtime/link_command.h"
+#include "core/runtime/events.h"
 #include "core/strategies/strategy.h"
 #include "experiments/run/node_config.h"
 #include "experiments/run/results.h"
@@ -45,13 +46,6 @@ inline constexpr double kDrainS = 20.0;             // after stop: how long node
 inline constexpr double kNodeSampleInterval = 1.0;  // s between rows of node_timeseries.csv (taken on a 500 ms tick)
 
 inline std::string nodeName(const std::string& role, int index) { return role + "-" + std::to_string(index); }
-
-// A number from an event written by a node; NaN (a diverged loss is written as null) and absence read as
-// `otherwise`.
-inline double number(const nlohmann::json& j, const char* key, double otherwise) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
-}
 
 class Supervisor;
 
@@ -245,6 +239,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   void checkReplacements();
   void readEvents();
   void handleEvent(const std::string& text);
+  // Records one event of this strategy in events.jsonl (the strategy's label added).
+  void record(nlohmann::json event);
+  void onEvaluation(const events::Eval& eval);
   void requestStop(const std::string& reason);
   NodeStats collectStats(const std::string& role, int count) const;
   // Sets result_.accounting_residual from the final report of every worker and server process.

@@ -56,9 +56,8 @@ void Supervisor::declareLost(const control::FailureDetector::Lost& lost) {
   const double t = now();
   LOG(INFO) << strategy_.label << ": " << name << " declared lost at " << t << " s (silent since " << lost.silent_since_s
             << " s; failure_detection.timeout_s " << detector_.timeout_s() << ")";
-  if (ctx_.events) ctx_.events->record({{"type", "node.lost"}, {"strategy", strategy_.label}, {"node", name},
-                                              {"silent_since_s", lost.silent_since_s}, {"timeout_s", detector_.timeout_s()},
-                                              {"t", t}});
+  record(events::toJson(events::NodeLost{
+      .node = name, .silent_since_s = lost.silent_since_s, .timeout_s = detector_.timeout_s(), .t = t}));
   {
     MutexLock lock(exits_mu_);
     markDetected(name, t, /*declared=*/true);
@@ -83,67 +82,71 @@ void Supervisor::readEvents() {
 }
 
 void Supervisor::handleEvent(const std::string& text) {
-  nlohmann::json e = nlohmann::json::parse(text, nullptr, false);
-  if (!e.is_object()) {
-    LOG(WARNING) << strategy_.label << ": ignoring a malformed event (" << text.size() << " bytes)";
+  // A node's event is untrusted: only a well-formed event of a known type (core/runtime/events.h) is
+  // acted on and recorded, written back in its one format.
+  Result<events::NodeEvent> decoded = events::decodeNodeEvent(text);
+  if (!decoded.isOk()) {
+    ++result_.control_plane.malformed_events;
+    LOG_FIRST_N(WARNING, 10) << strategy_.label << ": ignoring a malformed event (" << text.size()
+                             << " bytes): " << decoded.status().toString();
     return;
   }
-  // Every event in the list is a node's, stamped with its run time at the append (ControlChannel::event).
+  const events::NodeEvent& e = *decoded;
+  // Every event in the list is a node's, stamped with its run time at the append.
   ++result_.control_plane.events;
-  if (const double sent = number(e, "t", -1); sent >= 0 && polling_events_)
-    result_.control_plane.event_latency_s.push_back(std::max(0.0, now() - sent));
-  e["strategy"] = strategy_.label;
-  if (ctx_.events) ctx_.events->record(e);
-  const std::string type = e.value("type", "");
-  if (type == "eval" && e.value("node", "") == nodeName("evaluator", 0)) {
-    EvalPoint p;
-    p.time_s = number(e, "snapshot_t", 0.0);
-    p.step = int64_t(number(e, "step", 0));
-    p.accuracy = number(e, "accuracy", 0.0);
-    p.loss = number(e, "loss", std::nan(""));
-    p.samples = collectStats("worker", workers_).samples;
-    p.alive = aliveCount();
-    p.refined = e.contains("refined") && e["refined"].is_boolean() && e["refined"].get<bool>();
-    result_.timeline.push_back(p);
-    const bool completes = tta_.add({p.time_s, p.step}, p.accuracy, p.refined);
-    if (tta_.first() && !result_.tta_seconds) {
-      result_.tta_seconds = tta_.first()->time_s;
-      if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, *result_.tta_seconds);
-    }
-    if (completes) {
-      result_.tta_sustained_seconds = tta_.sustained()->time_s;
-      result_.tta_steps = tta_.sustained()->steps;
-      result_.tta_resolution_s = tta_.resolution()->seconds;
-      result_.tta_resolution_steps = tta_.resolution()->steps;
-      requestStop("target");
-    }
-    if (p.refined) return;  // an earlier snapshot: the latest accuracy is the paced one that follows
-    result_.final_accuracy = p.accuracy;
-    result_.final_loss = p.loss;
-    if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
-  } else if (type == "restart_from_scratch" || type == "restored_after_total_loss") {
+  if (e.t >= 0 && polling_events_) result_.control_plane.event_latency_s.push_back(std::max(0.0, now() - e.t));
+  record(events::toJson(e));
+  if (const auto* eval = std::get_if<events::Eval>(&e.what)) {
+    if (e.node == nodeName("evaluator", 0)) onEvaluation(*eval);
+  } else if (const auto* loss = std::get_if<events::TotalLoss>(&e.what)) {
     // Every worker of elastic mirrored was lost: what they had trained beyond the state the next generation
     // resumed from (a checkpoint's samples, or none) is not in the final model. No surviving member books
     // it, so the controller does, from the workers' reports so far.
     const NodeStats w = collectStats("worker", workers_);
-    const int64_t kept = int64_t(number(e, "samples", 0.0));
-    total_loss_samples_ += std::max<int64_t>(0, w.samples - w.samples_lost - total_loss_samples_ - kept);
-  } else if (type == "recovered") {
+    total_loss_samples_ += std::max<int64_t>(0, w.samples - w.samples_lost - total_loss_samples_ - loss->samples);
+  } else if (std::holds_alternative<events::MirroredRecovered>(e.what) ||
+             std::holds_alternative<events::PsWorkerRecovered>(e.what)) {
     MutexLock lock(mu_);
-    execute(supervision_->onRecoveredEvent(number(e, "t", now())));
-  } else if (type == "failure_detected") {
+    execute(supervision_->onRecoveredEvent(e.t));
+  } else if (const auto* failure = std::get_if<events::MirroredFailureDetected>(&e.what)) {
     // A member waits for a newer generation; Supervision decides whether an exit explains it (onTick).
-    auto node = control::NodeId::parse(e.value("node", ""));
-    const double generation = number(e, "generation", -1);
-    if (node && generation >= 0) {
-      std::string what = e.value("reason", "") + ": " + e.value("error", "");
+    if (auto node = control::NodeId::parse(e.node)) {
+      std::string what = failure->reason + ": " + failure->error;
       if (what.size() > 200) what = what.substr(0, 200) + "...";
       MutexLock lock(mu_);
-      supervision_->onCollectiveFailure(*node, int64_t(generation), now(), what);
+      supervision_->onCollectiveFailure(*node, failure->generation, now(), what);
     }
-  } else if (type == "error") {
-    LOG(WARNING) << strategy_.label << ": " << e.dump();
+  } else if (const auto* error = std::get_if<events::Error>(&e.what)) {
+    LOG(WARNING) << strategy_.label << ": " << e.node << ": " << error->message;
   }
+}
+
+void Supervisor::onEvaluation(const events::Eval& eval) {
+  EvalPoint p;
+  p.time_s = eval.snapshot_t;
+  p.step = eval.step;
+  p.accuracy = eval.accuracy;
+  p.loss = eval.loss;
+  p.samples = collectStats("worker", workers_).samples;
+  p.alive = aliveCount();
+  p.refined = eval.refined;
+  result_.timeline.push_back(p);
+  const bool completes = tta_.add({p.time_s, p.step}, p.accuracy, p.refined);
+  if (tta_.first() && !result_.tta_seconds) {
+    result_.tta_seconds = tta_.first()->time_s;
+    if (ctx_.metrics) ctx_.metrics->setTimeToAccuracy(spec_.metadata.name, strategy_.label, *result_.tta_seconds);
+  }
+  if (completes) {
+    result_.tta_sustained_seconds = tta_.sustained()->time_s;
+    result_.tta_steps = tta_.sustained()->steps;
+    result_.tta_resolution_s = tta_.resolution()->seconds;
+    result_.tta_resolution_steps = tta_.resolution()->steps;
+    requestStop("target");
+  }
+  if (p.refined) return;  // an earlier snapshot: the latest accuracy is the paced one that follows
+  result_.final_accuracy = p.accuracy;
+  result_.final_loss = p.loss;
+  if (ctx_.metrics) ctx_.metrics->setAccuracy(spec_.metadata.name, strategy_.label, p.accuracy, p.loss);
 }
 
 Supervisor::StatsByNode Supervisor::statsOf(const std::vector<std::string>& names) const {

@@ -1,20 +1,31 @@
 #pragma once
-// The events a node appends to the control plane (ControlChannel::record), one struct per shape: what each
-// carries is here, and each is serialised by one function. The controller adds the strategy and forwards
-// them to events.jsonl; docs/events.schema.json publishes them (with the controller's and chaos's own), and
-// the tests hold every event they provoke to it. Where two roles write one type differently (a mirrored
+// The events of a run's events.jsonl, one struct per shape, each serialised by one function (events.cc);
+// docs/events.schema.json publishes them, and the tests hold every event they provoke to it.
+//
+// Node events: what a node appends to the control plane (ControlChannel::record). Each also carries node,
+// incarnation and t (NodeEvent). The controller reads them back with checks (decodeNodeEvent: the store is
+// untrusted), adds the strategy and records them. Where two roles write one type differently (a mirrored
 // worker's checkpoint and a server shard's) each has its own struct; the schema has one shape per struct.
 //
-// Every event also carries node, incarnation and t (ControlChannel::event).
+// The controller's events (experiments/run): what it saw and did to a strategy's nodes; the supervisor adds
+// the strategy. The chaos controller's own (chaos.*) are built by chaos/controller.cc, and the fault episodes
+// by experiments/run/fault_episodes.h, which summary.json shares.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace chaosbed::node_events {
+#include "core/control/membership.h"
+#include "transports/base/status.h"
+
+namespace chaosbed::events {
+
+// ------------------------------------------------------------------------------------------ node events
 
 // The evaluator's accuracy of one parameter snapshot: snapshot_t is the run time of the snapshot, step the
 // gradients it holds; refined: a held snapshot evaluated after a paced evaluation crossed the target.
@@ -161,33 +172,85 @@ struct MembershipSeen {
   int64_t generation = 0;
 };
 
-// The type and the fields of each (node, incarnation and t are the channel's).
-template <class Event>
-const char* typeOf(const Event&) {
-  return Event::kType;
-}
-const char* typeOf(const TotalLoss& e);
+// One event as the store carries it: who wrote it (node, incarnation: its predecessors), when (t: run seconds)
+// and what. The writer (ControlChannel) and the reader (the controller) share this, so a line has one format.
+using NodePayload = std::variant<Eval, MirroredCheckpoint, ShardCheckpoint, MirroredCheckpointFailed, ShardCheckpointFailed,
+                           ShardNoticeCheckpoint, ShardRestored, MirroredRollback, ShardRollback, TotalLoss,
+                           MirroredFailureDetected, PsWorkerFailureDetected, MirroredRecovered, PsWorkerRecovered,
+                           MembershipChanged, MirroredLeftOnNotice, PsWorkerLeftOnNotice, EmulationCalibrated, Error,
+                           SimulatedReport, MembershipSeen>;
+struct NodeEvent {
+  std::string node;
+  int64_t incarnation = 0;
+  double t = 0;
+  NodePayload what;
+};
 
-nlohmann::json toJson(const Eval& e);
-nlohmann::json toJson(const MirroredCheckpoint& e);
-nlohmann::json toJson(const ShardCheckpoint& e);
-nlohmann::json toJson(const MirroredCheckpointFailed& e);
-nlohmann::json toJson(const ShardCheckpointFailed& e);
-nlohmann::json toJson(const ShardNoticeCheckpoint& e);
-nlohmann::json toJson(const ShardRestored& e);
-nlohmann::json toJson(const MirroredRollback& e);
-nlohmann::json toJson(const ShardRollback& e);
-nlohmann::json toJson(const TotalLoss& e);
-nlohmann::json toJson(const MirroredFailureDetected& e);
-nlohmann::json toJson(const PsWorkerFailureDetected& e);
-nlohmann::json toJson(const MirroredRecovered& e);
-nlohmann::json toJson(const PsWorkerRecovered& e);
-nlohmann::json toJson(const MembershipChanged& e);
-nlohmann::json toJson(const MirroredLeftOnNotice& e);
-nlohmann::json toJson(const PsWorkerLeftOnNotice& e);
-nlohmann::json toJson(const EmulationCalibrated& e);
-nlohmann::json toJson(const Error& e);
-nlohmann::json toJson(const SimulatedReport& e);
-nlohmann::json toJson(const MembershipSeen& e);
+// ------------------------------------------------------------------------------ the controller's events
 
-}  // namespace chaosbed::node_events
+// A strategy's run begins: start_ns is the CLOCK_REALTIME origin of every t.
+struct RunStarted {
+  static constexpr const char* kType = "run.start";
+  int64_t start_ns = 0;
+};
+// A strategy's run ends, and why ("target", "time_limit", ...).
+struct RunStopped {
+  static constexpr const char* kType = "run.stop";
+  std::string reason;
+  double t = 0;
+};
+// A node's process ended: how (exit status or signal), and whether a chaos action ended it.
+struct NodeExited {
+  static constexpr const char* kType = "node.exited";
+  std::string node;
+  std::string how;
+  bool by_chaos = false;
+  double t = 0;
+};
+// A node was replaced; incarnation counts its predecessors.
+struct NodeRestarted {
+  static constexpr const char* kType = "node.restarted";
+  std::string node;
+  int incarnation = 0;
+  double t = 0;
+};
+// The failure detector declared a silent node lost (it is fenced next).
+struct NodeLost {
+  static constexpr const char* kType = "node.lost";
+  std::string node;
+  double silent_since_s = 0;
+  double timeout_s = 0;
+  double t = 0;
+};
+// A generation of mirrored workers, published.
+struct MembershipPublished {
+  static constexpr const char* kType = "membership";
+  Membership membership;
+  double t = 0;
+};
+// A recovery of the strategy, booked: seconds long, and its cause.
+struct RecoveryBooked {
+  static constexpr const char* kType = "recovery";
+  double seconds = 0;
+  std::string cause;
+  double t = 0;
+};
+
+// Each with its "type".
+nlohmann::json toJson(const RunStarted& e);
+nlohmann::json toJson(const RunStopped& e);
+nlohmann::json toJson(const NodeExited& e);
+nlohmann::json toJson(const NodeRestarted& e);
+nlohmann::json toJson(const NodeLost& e);
+nlohmann::json toJson(const MembershipPublished& e);
+nlohmann::json toJson(const RecoveryBooked& e);
+
+// The event's "type" ("eval", "checkpoint", ...).
+const char* typeName(const NodePayload& e);
+// The line: {"type", "node", "incarnation", "t", ...the event's fields}.
+nlohmann::json toJson(const NodeEvent& e);
+// A line read back from the store, which is untrusted: InvalidArgument ("event: <field>: <problem>") for a
+// malformed one, an unknown type, or a field its type does not have.
+Result<NodeEvent> decodeNodeEvent(std::string_view text);
+
+}  // namespace chaosbed::events

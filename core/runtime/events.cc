@@ -1,0 +1,235 @@
+#include "core/runtime/events.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "core/config/json_fields.h"
+
+namespace chaosbed::events {
+namespace {
+
+using config::JsonFields;
+using json = nlohmann::json;
+
+constexpr int64_t kMaxCount = int64_t{1} << 62;  // steps, samples, versions, generations
+constexpr int64_t kMaxRank = 1 << 20;
+constexpr int64_t kMaxShard = 1 << 16;
+constexpr double kMaxSeconds = 1e9;
+constexpr size_t kMaxText = 4096;  // messages and paths: longer ones are not a node's
+
+json optional(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+// The fields of each event (the envelope's are NodeEvent's).
+json fields(const Eval& e) {
+  json j = {{"snapshot_t", e.snapshot_t}, {"step", e.step}, {"accuracy", e.accuracy}, {"loss", e.loss}};
+  if (e.refined) j["refined"] = true;
+  return j;
+}
+json fields(const MirroredCheckpoint& e) { return {{"step", e.step}, {"reason", e.reason}}; }
+json fields(const ShardCheckpoint& e) { return {{"shard", e.shard}, {"version", e.version}}; }
+json fields(const MirroredCheckpointFailed& e) { return {{"step", e.step}, {"error", e.error}}; }
+json fields(const ShardCheckpointFailed& e) { return {{"shard", e.shard}, {"version", e.version}, {"error", e.error}}; }
+json fields(const ShardNoticeCheckpoint& e) {
+  return {{"shard", e.shard}, {"version", e.version}, {"saved", e.saved}, {"error", e.error}};
+}
+json fields(const ShardRestored& e) { return {{"shard", e.shard}, {"version", e.version}, {"path", e.path}}; }
+json fields(const MirroredRollback& e) {
+  return {{"step", e.step}, {"from_step", optional(e.from_step)}, {"samples_lost", e.samples_lost},
+          {"generation", e.generation}};
+}
+json fields(const ShardRollback& e) {
+  return {{"shard", e.shard}, {"version", e.version}, {"lost_updates", e.lost_updates}, {"samples_lost", e.samples_lost}};
+}
+json fields(const TotalLoss& e) { return {{"step", e.step}, {"samples", e.samples}, {"generation", e.generation}}; }
+json fields(const MirroredFailureDetected& e) {
+  return {{"lost_rank", e.lost_rank}, {"step", e.step}, {"generation", e.generation}, {"reason", e.reason},
+          {"error", e.error}};
+}
+json fields(const PsWorkerFailureDetected& e) { return {{"lost", e.lost}, {"status", e.status}}; }
+json fields(const MirroredRecovered& e) { return {{"seconds", e.seconds}, {"generation", e.generation}, {"step", e.step}}; }
+json fields(const PsWorkerRecovered& e) { return {{"seconds", e.seconds}}; }
+json fields(const MembershipChanged& e) {
+  return {{"generation", e.generation}, {"workers", e.workers}, {"joined", e.joined}, {"step", e.step},
+          {"seconds", e.seconds}};
+}
+json fields(const MirroredLeftOnNotice& e) { return {{"step", e.step}, {"generation", e.generation}}; }
+json fields(const PsWorkerLeftOnNotice& e) { return {{"step", e.step}}; }
+json fields(const EmulationCalibrated& e) {
+  return {{"compute_seconds", e.compute_seconds}, {"target_ratio", e.target_ratio},
+          {"transfer_seconds", e.transfer_seconds}};
+}
+json fields(const Error& e) { return {{"message", e.message}}; }
+json fields(const SimulatedReport& e) { return {{"seq", e.seq}}; }
+json fields(const MembershipSeen& e) { return {{"generation", e.generation}}; }
+
+template <class E>
+const char* typeOf(const E&) {
+  return E::kType;
+}
+const char* typeOf(const TotalLoss& e) { return e.restored ? "restored_after_total_loss" : "restart_from_scratch"; }
+
+std::vector<int> ranks(JsonFields& f, const char* key) {
+  std::vector<int> out;
+  for (int64_t r : f.integers(key, 0, kMaxRank, 1 << 16)) out.push_back(int(r));
+  return out;
+}
+
+// One reader per type; where two roles shape a type differently, a field only one of them writes decides.
+using Reader = std::function<NodePayload(JsonFields&, const json&)>;
+const std::map<std::string, Reader, std::less<>>& readers() {
+  static const std::map<std::string, Reader, std::less<>> r = {
+      {"eval",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         Eval e;
+         e.snapshot_t = f.number("snapshot_t", -kMaxSeconds, kMaxSeconds);
+         e.step = f.integer("step", 0, kMaxCount);
+         e.accuracy = f.number("accuracy", 0, 1);
+         // A loss that is not finite (a diverged model) is written as null.
+         e.loss = j.contains("loss") && j["loss"].is_null() ? std::nan("") : f.number("loss", 0, 1e300);
+         e.refined = f.boolean("refined", false);
+         return e;
+       }},
+      {"checkpoint",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (j.contains("shard")) return ShardCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount)};
+         return MirroredCheckpoint{f.integer("step", 0, kMaxCount), f.string("reason", kMaxText)};
+       }},
+      {"checkpoint_failed",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (j.contains("shard"))
+           return ShardCheckpointFailed{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
+                                        f.string("error", kMaxText)};
+         return MirroredCheckpointFailed{f.integer("step", 0, kMaxCount), f.string("error", kMaxText)};
+       }},
+      {"notice_checkpoint",
+       [](JsonFields& f, const json&) -> NodePayload {
+         return ShardNoticeCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
+                                      f.boolean("saved"), f.string("error", kMaxText)};
+       }},
+      {"restored",
+       [](JsonFields& f, const json&) -> NodePayload {
+         return ShardRestored{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
+                              f.string("path", kMaxText)};
+       }},
+      {"rollback",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (j.contains("shard"))
+           return ShardRollback{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
+                                f.integer("lost_updates", 0, kMaxCount), f.integer("samples_lost", 0, kMaxCount)};
+         MirroredRollback e;
+         e.step = f.integer("step", 0, kMaxCount);
+         if (!(j.contains("from_step") && j["from_step"].is_null())) e.from_step = f.integer("from_step", 0, kMaxCount);
+         e.samples_lost = f.integer("samples_lost", 0, kMaxCount);
+         e.generation = f.integer("generation", 0, kMaxCount);
+         return e;
+       }},
+      {"restored_after_total_loss",
+       [](JsonFields& f, const json&) -> NodePayload {
+         return TotalLoss{true, f.integer("step", 0, kMaxCount), f.integer("samples", 0, kMaxCount),
+                          f.integer("generation", 0, kMaxCount)};
+       }},
+      {"restart_from_scratch",
+       [](JsonFields& f, const json&) -> NodePayload {
+         return TotalLoss{false, f.integer("step", 0, kMaxCount), f.integer("samples", 0, kMaxCount),
+                          f.integer("generation", 0, kMaxCount)};
+       }},
+      {"failure_detected",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (j.contains("lost")) return PsWorkerFailureDetected{int(f.integer("lost", -1, kMaxRank)), f.string("status", kMaxText)};
+         return MirroredFailureDetected{int(f.integer("lost_rank", -1, kMaxRank)), f.integer("step", 0, kMaxCount),
+                                        f.integer("generation", 0, kMaxCount), f.string("reason", kMaxText),
+                                        f.string("error", kMaxText)};
+       }},
+      {"recovered",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (!j.contains("generation")) return PsWorkerRecovered{f.number("seconds", 0, kMaxSeconds)};
+         return MirroredRecovered{f.number("seconds", 0, kMaxSeconds), f.integer("generation", 0, kMaxCount),
+                                  f.integer("step", 0, kMaxCount)};
+       }},
+      {"membership_changed",
+       [](JsonFields& f, const json&) -> NodePayload {
+         MembershipChanged e;
+         e.generation = f.integer("generation", 0, kMaxCount);
+         e.workers = ranks(f, "workers");
+         e.joined = ranks(f, "joined");
+         e.step = f.integer("step", 0, kMaxCount);
+         e.seconds = f.number("seconds", 0, kMaxSeconds);
+         return e;
+       }},
+      {"left_on_notice",
+       [](JsonFields& f, const json& j) -> NodePayload {
+         if (!j.contains("generation")) return PsWorkerLeftOnNotice{f.integer("step", 0, kMaxCount)};
+         return MirroredLeftOnNotice{f.integer("step", 0, kMaxCount), f.integer("generation", 0, kMaxCount)};
+       }},
+      {"emulation_calibrated",
+       [](JsonFields& f, const json&) -> NodePayload {
+         return EmulationCalibrated{f.number("compute_seconds", 0, kMaxSeconds), f.number("target_ratio", 0, 1e9),
+                                    f.number("transfer_seconds", 0, kMaxSeconds)};
+       }},
+      {"error", [](JsonFields& f, const json&) -> NodePayload { return Error{f.string("message", kMaxText)}; }},
+      {"simulated.report",
+       [](JsonFields& f, const json&) -> NodePayload { return SimulatedReport{f.integer("seq", 0, kMaxCount)}; }},
+      {"membership.seen",
+       [](JsonFields& f, const json&) -> NodePayload { return MembershipSeen{f.integer("generation", 0, kMaxCount)}; }},
+  };
+  return r;
+}
+
+}  // namespace
+
+json toJson(const RunStarted& e) { return {{"type", RunStarted::kType}, {"start_ns", e.start_ns}}; }
+json toJson(const RunStopped& e) { return {{"type", RunStopped::kType}, {"reason", e.reason}, {"t", e.t}}; }
+json toJson(const NodeExited& e) {
+  return {{"type", NodeExited::kType}, {"node", e.node}, {"how", e.how}, {"by_chaos", e.by_chaos}, {"t", e.t}};
+}
+json toJson(const NodeRestarted& e) {
+  return {{"type", NodeRestarted::kType}, {"node", e.node}, {"incarnation", e.incarnation}, {"t", e.t}};
+}
+json toJson(const NodeLost& e) {
+  return {{"type", NodeLost::kType}, {"node", e.node}, {"silent_since_s", e.silent_since_s}, {"timeout_s", e.timeout_s},
+          {"t", e.t}};
+}
+json toJson(const MembershipPublished& e) {
+  return {{"type", MembershipPublished::kType}, {"membership", e.membership.toJson()}, {"t", e.t}};
+}
+json toJson(const RecoveryBooked& e) {
+  return {{"type", RecoveryBooked::kType}, {"seconds", e.seconds}, {"cause", e.cause}, {"t", e.t}};
+}
+
+const char* typeName(const NodePayload& e) {
+  return std::visit([](const auto& ev) { return typeOf(ev); }, e);
+}
+
+json toJson(const NodeEvent& e) {
+  json j = std::visit([](const auto& ev) { return fields(ev); }, e.what);
+  j["type"] = typeName(e.what);
+  j["node"] = e.node;
+  j["incarnation"] = e.incarnation;
+  j["t"] = e.t;
+  return j;
+}
+
+Result<NodeEvent> decodeNodeEvent(std::string_view text) {
+  CHAOSBED_ASSIGN_OR_RETURN(json j, config::parseJson(text, "event", 64 * 1024));
+  JsonFields f(j, "event");
+  const std::string type = f.string("type", 64);
+  NodeEvent e;
+  e.node = f.string("node", 64);
+  e.incarnation = f.integer("incarnation", 0, kMaxCount);
+  e.t = f.number("t", -kMaxSeconds, kMaxSeconds);  // another host's clock may run behind the controller's
+  CHAOSBED_RETURN_IF_ERROR(f.status());
+  const auto reader = readers().find(type);
+  if (reader == readers().end()) return Status::invalidArgument("event: type: unknown type '" + config::excerpt(type) + "'");
+  e.what = reader->second(f, j);
+  CHAOSBED_RETURN_IF_ERROR(f.status());
+  // Every field must be one its type has: written back, the event has them all.
+  const json back = toJson(e);
+  for (const auto& [key, value] : j.items())
+    if (!back.contains(key))
+      return Status::invalidArgument("event: " + config::excerpt(key) + ": not a field of '" + type + "'");
+  return e;
+}
+
+}  // namespace chaosbed::events
