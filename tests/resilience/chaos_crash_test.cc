@@ -20,6 +20,7 @@
 
 #include "chaos/controller.h"
 #include "chaos/local_cluster.h"
+#include "tests/testing/events_schema.h"
 
 namespace chaosbed::chaos {
 namespace {
@@ -167,6 +168,7 @@ TEST_F(ChaosCrash, AgentHealsAfterControllerSigkill) {
   EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL);
   std::ifstream events(dir_ + "/events.jsonl");
   std::string all((std::istreambuf_iterator<char>(events)), {});
+  EXPECT_TRUE(testing::EventsMatchSchema(dir_ + "/events.jsonl"));
   EXPECT_NE(all.find("\"type\":\"chaos.healed\""), std::string::npos) << all;
   ::close(control);
 }
@@ -194,6 +196,7 @@ TEST_F(ChaosCrash, AKilledAgentIsReplacedAndTheReplacementHeals) {
   expectHealed();
   std::ifstream events(dir_ + "/events.jsonl");
   std::string all((std::istreambuf_iterator<char>(events)), {});
+  EXPECT_TRUE(testing::EventsMatchSchema(dir_ + "/events.jsonl"));
   EXPECT_NE(all.find("\"type\":\"chaos.agent_restarted\""), std::string::npos) << all;
   ::close(control);
 }
@@ -265,6 +268,7 @@ TEST_F(ChaosCrash, AControllerThatWakesAfterTheAgentHealedAdoptsTheHealAndIsGuar
   EXPECT_TRUE(waitGone(guardian, 5.0));
   expectHealed();
   EXPECT_EQ(count(events(), "\"type\":\"chaos.failed\""), 0u) << events();
+  EXPECT_TRUE(testing::EventsMatchSchema(dir_ + "/events.jsonl"));
 }
 
 TEST_F(ChaosCrash, NormalStopRevertsAndTheAgentExits) {
@@ -279,6 +283,7 @@ TEST_F(ChaosCrash, NormalStopRevertsAndTheAgentExits) {
   expectHealed();
   std::ifstream events(dir_ + "/events.jsonl");
   std::string all((std::istreambuf_iterator<char>(events)), {});
+  EXPECT_TRUE(testing::EventsMatchSchema(dir_ + "/events.jsonl"));
   EXPECT_EQ(all.find("chaos.healed"), std::string::npos) << "the agent healed after a normal stop";
 }
 
