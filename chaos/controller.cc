@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/runtime/events.h"
+
 namespace chaosbed::chaos {
 
 ActuatorSet::ActuatorSet(Cluster& cluster, const Options& options)
@@ -115,15 +117,15 @@ Status Controller::start() {
   if (options_.events) {
     for (const Action& a : plan_.actions) {
       const Fault& f = plan_.fault(a.fault_id);
-      nlohmann::json ev{{"type", "chaos.planned"}, {"fault_id", f.id}, {"name", f.name}, {"kind", faultKindName(f.kind)},
-                        {"node", a.node}, {"action", actionTypeName(a.type)}};
+      events::ChaosAction ev{.type = "chaos.planned", .fault_id = f.id, .name = f.name,
+                             .kind = faultKindName(f.kind), .node = a.node, .action = actionTypeName(a.type)};
       if (a.trigger) {
-        ev["trigger"] = describeTrigger(*a.trigger);
-        ev["offset_s"] = a.at_s;
+        ev.trigger = describeTrigger(*a.trigger);
+        ev.offset_s = a.at_s;
       } else {
-        ev["planned_s"] = a.at_s;
+        ev.planned_s = a.at_s;
       }
-      log(ev);
+      log(events::toJson(ev));
     }
   }
   std::lock_guard<std::mutex> l(mu_);
@@ -166,14 +168,15 @@ void Controller::adoptAgentHealLocked() {
     std::erase(apply_order_, key);
     if (active_keys_.erase(key)) --active_[plan_.fault(e.fault_id).kind];
     ++adopted;
-    log({{"type", "chaos.reverted"}, {"fault_id", e.fault_id}, {"name", e.name}, {"kind", e.kind}, {"node", e.node},
-         {"action", "revert"}, {"by", "agent: lease lapsed"}, {"mono_ns", clock_->monotonicNs()},
-         {"wall_ns", clock_->wallNs()}});
+    log(events::toJson(events::ChaosAction{.type = "chaos.reverted", .fault_id = e.fault_id, .name = e.name,
+                                           .kind = e.kind, .node = e.node, .action = "revert",
+                                           .by = "agent: lease lapsed", .mono_ns = clock_->monotonicNs(),
+                                           .wall_ns = clock_->wallNs()}));
   }
   LOG(WARNING) << "chaos: the lease lapsed (this process stalled) and the agent healed " << adopted
                << " fault(s); they count as reverted, and a new agent guards what follows";
-  log({{"type", "chaos.lease_lapsed"}, {"healed", adopted}, {"mono_ns", clock_->monotonicNs()},
-       {"wall_ns", clock_->wallNs()}});
+  log(events::toJson(
+      events::ChaosLeaseLapsed{.healed = adopted, .mono_ns = clock_->monotonicNs(), .wall_ns = clock_->wallNs()}));
   persistOrWarnLocked();  // unfinished again, listing what is still applied
   (void)renewLease(options_.state_dir, realClock().monotonicNs());  // retried each interval; a lapse heals
   ::unlink(path.c_str());
@@ -201,21 +204,20 @@ void Controller::keepAgent() {
   int fd = -1;
   auto spawned = spawnAgent(options_.agent_binary, options_.state_dir, options_.lease_timeout_s, &fd);
   std::lock_guard<std::mutex> l(mu_);
-  nlohmann::json ev{{"type", spawned.isOk() ? "chaos.agent_restarted" : "chaos.agent_lost"}, {"old_pid", pid},
-                    {"mono_ns", clock_->monotonicNs()}, {"wall_ns", clock_->wallNs()}};
+  events::ChaosAgentReplaced ev{.old_pid = pid, .mono_ns = clock_->monotonicNs(), .wall_ns = clock_->wallNs()};
   if (!spawned.isOk()) {
     agent_pid_ = 0;
-    ev["error"] = spawned.status().toString();
-    log(ev);
+    ev.error = spawned.status().toString();
+    log(events::toJson(ev));
     return;
   }
   agent_pid_ = *spawned;
   agent_fd_ = fd;
   state_.agent_pid = *spawned;
-  ev["pid"] = *spawned;
+  ev.pid = *spawned;
   // The event first: whoever sees the new agent in the state file (a heal, a test) and then ends this
   // controller must find the restart recorded.
-  log(ev);
+  log(events::toJson(ev));
   persistOrWarnLocked();
 }
 
@@ -268,12 +270,12 @@ void Controller::run() {
 void Controller::logAction(const char* type, const Action& a, int64_t planned_ns, int64_t done_ns, const Status& s) {
   if (!options_.events) return;
   const Fault& f = plan_.fault(a.fault_id);
-  nlohmann::json ev{{"type", type}, {"fault_id", f.id}, {"name", f.name}, {"kind", faultKindName(f.kind)},
-                    {"node", a.node}, {"action", actionTypeName(a.type)}};
-  ev["planned_s"] = static_cast<double>(planned_ns - start_ns_) / 1e9;
-  ev["planned_mono_ns"] = planned_ns;
-  ev["delay_ms"] = static_cast<double>(done_ns - planned_ns) / 1e6;
-  if (a.trigger) ev["trigger"] = describeTrigger(*a.trigger);
+  events::ChaosAction ev{.type = type, .fault_id = f.id, .name = f.name, .kind = faultKindName(f.kind),
+                         .node = a.node, .action = actionTypeName(a.type)};
+  ev.planned_s = static_cast<double>(planned_ns - start_ns_) / 1e9;
+  ev.planned_mono_ns = planned_ns;
+  ev.delay_ms = static_cast<double>(done_ns - planned_ns) / 1e6;
+  if (a.trigger) ev.trigger = describeTrigger(*a.trigger);
   if (a.type == ActionType::kApply) {
     nlohmann::json p = nlohmann::json::object();
     if (f.kind == FaultKind::kSlow) p["cpu_fraction"] = f.params.cpu_fraction;
@@ -292,13 +294,13 @@ void Controller::logAction(const char* type, const Action& a, int64_t planned_ns
     }
     p["via"] = actuators_.at(f.kind)->via(f);  // who carried it out: "kernel", "shaper", "host-agent", ...
     if (f.duration_s) p["duration_s"] = *f.duration_s;
-    ev["params"] = p;
+    ev.params = p;
   }
-  if (!s.isOk()) ev["error"] = s.toString();
+  if (!s.isOk()) ev.error = s.toString();
   // Timestamps of the action itself, not of the write: the injected clock's monotonic time.
-  ev["mono_ns"] = done_ns;
-  ev["wall_ns"] = clock_->wallNs();
-  log(ev);
+  ev.mono_ns = done_ns;
+  ev.wall_ns = clock_->wallNs();
+  log(events::toJson(ev));
 }
 
 void Controller::execute(const Action& a, int64_t planned_ns) {
@@ -421,11 +423,11 @@ Status Controller::stop() {
     }
     if (active_keys_.erase(k)) --active_[f.kind];
     if (options_.events) {
-      nlohmann::json ev{{"type", s.isOk() ? "chaos.reverted" : "chaos.failed"}, {"fault_id", f.id}, {"name", f.name},
-                        {"kind", faultKindName(f.kind)}, {"node", k.node}, {"action", "revert"}, {"by", "stop"},
-                        {"mono_ns", now}, {"wall_ns", clock_->wallNs()}};
-      if (!s.isOk()) ev["error"] = s.toString();
-      log(ev);
+      events::ChaosAction ev{.type = s.isOk() ? "chaos.reverted" : "chaos.failed", .fault_id = f.id,
+                             .name = f.name, .kind = faultKindName(f.kind), .node = k.node, .action = "revert",
+                             .by = "stop", .mono_ns = now, .wall_ns = clock_->wallNs()};
+      if (!s.isOk()) ev.error = s.toString();
+      log(events::toJson(ev));
     }
   }
   {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "chaos/clock.h"
+#include "core/runtime/events.h"
 
 namespace chaosbed::chaos {
 namespace {
@@ -118,10 +119,10 @@ Result<int> cleanupStale(const std::string& dir, EventLog* log, const std::strin
       if (s.isOk()) ++healed;
       else if (first_error.isOk()) first_error = s;
       if (log) {
-        nlohmann::json ev{{"type", "chaos.healed"}, {"fault_id", e->fault_id}, {"name", e->name},
-                          {"kind", e->kind}, {"node", e->node}, {"op", healOpName(r.op)}, {"by", by}};
-        if (!s.isOk()) ev["error"] = s.toString();
-        log->record(ev);
+        events::ChaosHealed ev{.fault_id = e->fault_id, .name = e->name, .kind = e->kind, .node = e->node,
+                               .op = healOpName(r.op), .by = by};
+        if (!s.isOk()) ev.error = s.toString();
+        log->record(events::toJson(ev));
       }
     }
   }

@@ -36,28 +36,40 @@ json fields(const ShardNoticeCheckpoint& e) {
 }
 json fields(const ShardRestored& e) { return {{"shard", e.shard}, {"version", e.version}, {"path", e.path}}; }
 json fields(const MirroredRollback& e) {
-  return {{"step", e.step}, {"from_step", optional(e.from_step)}, {"samples_lost", e.samples_lost},
+  return {{"step", e.step},
+          {"from_step", optional(e.from_step)},
+          {"samples_lost", e.samples_lost},
           {"generation", e.generation}};
 }
 json fields(const ShardRollback& e) {
-  return {{"shard", e.shard}, {"version", e.version}, {"lost_updates", e.lost_updates}, {"samples_lost", e.samples_lost}};
+  return {
+      {"shard", e.shard}, {"version", e.version}, {"lost_updates", e.lost_updates}, {"samples_lost", e.samples_lost}};
 }
 json fields(const TotalLoss& e) { return {{"step", e.step}, {"samples", e.samples}, {"generation", e.generation}}; }
 json fields(const MirroredFailureDetected& e) {
-  return {{"lost_rank", e.lost_rank}, {"step", e.step}, {"generation", e.generation}, {"reason", e.reason},
+  return {{"lost_rank", e.lost_rank},
+          {"step", e.step},
+          {"generation", e.generation},
+          {"reason", e.reason},
           {"error", e.error}};
 }
 json fields(const PsWorkerFailureDetected& e) { return {{"lost", e.lost}, {"status", e.status}}; }
-json fields(const MirroredRecovered& e) { return {{"seconds", e.seconds}, {"generation", e.generation}, {"step", e.step}}; }
+json fields(const MirroredRecovered& e) {
+  return {{"seconds", e.seconds}, {"generation", e.generation}, {"step", e.step}};
+}
 json fields(const PsWorkerRecovered& e) { return {{"seconds", e.seconds}}; }
 json fields(const MembershipChanged& e) {
-  return {{"generation", e.generation}, {"workers", e.workers}, {"joined", e.joined}, {"step", e.step},
+  return {{"generation", e.generation},
+          {"workers", e.workers},
+          {"joined", e.joined},
+          {"step", e.step},
           {"seconds", e.seconds}};
 }
 json fields(const MirroredLeftOnNotice& e) { return {{"step", e.step}, {"generation", e.generation}}; }
 json fields(const PsWorkerLeftOnNotice& e) { return {{"step", e.step}}; }
 json fields(const EmulationCalibrated& e) {
-  return {{"compute_seconds", e.compute_seconds}, {"target_ratio", e.target_ratio},
+  return {{"compute_seconds", e.compute_seconds},
+          {"target_ratio", e.target_ratio},
           {"transfer_seconds", e.transfer_seconds}};
 }
 json fields(const Error& e) { return {{"message", e.message}}; }
@@ -93,7 +105,8 @@ const std::map<std::string, Reader, std::less<>>& readers() {
        }},
       {"checkpoint",
        [](JsonFields& f, const json& j) -> NodePayload {
-         if (j.contains("shard")) return ShardCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount)};
+         if (j.contains("shard"))
+           return ShardCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount)};
          return MirroredCheckpoint{f.integer("step", 0, kMaxCount), f.string("reason", kMaxText)};
        }},
       {"checkpoint_failed",
@@ -137,7 +150,8 @@ const std::map<std::string, Reader, std::less<>>& readers() {
        }},
       {"failure_detected",
        [](JsonFields& f, const json& j) -> NodePayload {
-         if (j.contains("lost")) return PsWorkerFailureDetected{int(f.integer("lost", -1, kMaxRank)), f.string("status", kMaxText)};
+         if (j.contains("lost"))
+           return PsWorkerFailureDetected{int(f.integer("lost", -1, kMaxRank)), f.string("status", kMaxText)};
          return MirroredFailureDetected{int(f.integer("lost_rank", -1, kMaxRank)), f.integer("step", 0, kMaxCount),
                                         f.integer("generation", 0, kMaxCount), f.string("reason", kMaxText),
                                         f.string("error", kMaxText)};
@@ -179,6 +193,48 @@ const std::map<std::string, Reader, std::less<>>& readers() {
 
 }  // namespace
 
+json toJson(const ChaosAction& e) {
+  json j = {{"type", e.type}, {"fault_id", e.fault_id}, {"name", e.name},
+            {"kind", e.kind}, {"node", e.node},         {"action", e.action}};
+  auto put = [&j](const char* key, const auto& v) {
+    if (v) j[key] = *v;
+  };
+  put("planned_s", e.planned_s);
+  put("trigger", e.trigger);
+  put("offset_s", e.offset_s);
+  put("planned_mono_ns", e.planned_mono_ns);
+  put("delay_ms", e.delay_ms);
+  put("params", e.params);
+  put("by", e.by);
+  put("error", e.error);
+  put("mono_ns", e.mono_ns);
+  put("wall_ns", e.wall_ns);
+  return j;
+}
+json toJson(const ChaosHealed& e) {
+  json j = {{"type", ChaosHealed::kType},
+            {"fault_id", e.fault_id},
+            {"name", e.name},
+            {"kind", e.kind},
+            {"node", e.node},
+            {"op", e.op},
+            {"by", e.by}};
+  if (e.error) j["error"] = *e.error;
+  return j;
+}
+json toJson(const ChaosLeaseLapsed& e) {
+  return {{"type", ChaosLeaseLapsed::kType}, {"healed", e.healed}, {"mono_ns", e.mono_ns}, {"wall_ns", e.wall_ns}};
+}
+json toJson(const ChaosAgentReplaced& e) {
+  json j = {{"type", e.pid ? "chaos.agent_restarted" : "chaos.agent_lost"},
+            {"old_pid", e.old_pid},
+            {"mono_ns", e.mono_ns},
+            {"wall_ns", e.wall_ns}};
+  if (e.pid) j["pid"] = *e.pid;
+  if (e.error) j["error"] = *e.error;
+  return j;
+}
+
 json toJson(const RunStarted& e) { return {{"type", RunStarted::kType}, {"start_ns", e.start_ns}}; }
 json toJson(const RunStopped& e) { return {{"type", RunStopped::kType}, {"reason", e.reason}, {"t", e.t}}; }
 json toJson(const NodeExited& e) {
@@ -188,7 +244,10 @@ json toJson(const NodeRestarted& e) {
   return {{"type", NodeRestarted::kType}, {"node", e.node}, {"incarnation", e.incarnation}, {"t", e.t}};
 }
 json toJson(const NodeLost& e) {
-  return {{"type", NodeLost::kType}, {"node", e.node}, {"silent_since_s", e.silent_since_s}, {"timeout_s", e.timeout_s},
+  return {{"type", NodeLost::kType},
+          {"node", e.node},
+          {"silent_since_s", e.silent_since_s},
+          {"timeout_s", e.timeout_s},
           {"t", e.t}};
 }
 json toJson(const MembershipPublished& e) {
@@ -221,7 +280,8 @@ Result<NodeEvent> decodeNodeEvent(std::string_view text) {
   e.t = f.number("t", -kMaxSeconds, kMaxSeconds);  // another host's clock may run behind the controller's
   CHAOSBED_RETURN_IF_ERROR(f.status());
   const auto reader = readers().find(type);
-  if (reader == readers().end()) return Status::invalidArgument("event: type: unknown type '" + config::excerpt(type) + "'");
+  if (reader == readers().end())
+    return Status::invalidArgument("event: type: unknown type '" + config::excerpt(type) + "'");
   e.what = reader->second(f, j);
   CHAOSBED_RETURN_IF_ERROR(f.status());
   // Every field must be one its type has: written back, the event has them all.

@@ -8,17 +8,16 @@
 // worker's checkpoint and a server shard's) each has its own struct; the schema has one shape per struct.
 //
 // The controller's events (experiments/run): what it saw and did to a strategy's nodes; the supervisor adds
-// the strategy. The chaos controller's own (chaos.*) are built by chaos/controller.cc, and the fault episodes
+// the strategy. The chaos controller's (chaos/): what it planned, did and healed. A fault episode is serialised
 // by experiments/run/fault_episodes.h, which summary.json shares.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/control/membership.h"
 #include "transports/base/status.h"
@@ -79,7 +78,7 @@ struct ShardRestored {
 struct MirroredRollback {
   static constexpr const char* kType = "rollback";
   int64_t step = 0;
-  std::optional<int64_t> from_step;  // none: this worker held no state (a replacement)
+  std::optional<int64_t> from_step = std::nullopt;  // none: this worker held no state (a replacement)
   int64_t samples_lost = 0;
   int64_t generation = 0;
 };
@@ -174,17 +173,25 @@ struct MembershipSeen {
 
 // One event as the store carries it: who wrote it (node, incarnation: its predecessors), when (t: run seconds)
 // and what. The writer (ControlChannel) and the reader (the controller) share this, so a line has one format.
-using NodePayload = std::variant<Eval, MirroredCheckpoint, ShardCheckpoint, MirroredCheckpointFailed, ShardCheckpointFailed,
-                           ShardNoticeCheckpoint, ShardRestored, MirroredRollback, ShardRollback, TotalLoss,
-                           MirroredFailureDetected, PsWorkerFailureDetected, MirroredRecovered, PsWorkerRecovered,
-                           MembershipChanged, MirroredLeftOnNotice, PsWorkerLeftOnNotice, EmulationCalibrated, Error,
-                           SimulatedReport, MembershipSeen>;
+using NodePayload = std::variant<Eval, MirroredCheckpoint, ShardCheckpoint, MirroredCheckpointFailed,
+                                 ShardCheckpointFailed, ShardNoticeCheckpoint, ShardRestored, MirroredRollback,
+                                 ShardRollback, TotalLoss, MirroredFailureDetected, PsWorkerFailureDetected,
+                                 MirroredRecovered, PsWorkerRecovered, MembershipChanged, MirroredLeftOnNotice,
+                                 PsWorkerLeftOnNotice, EmulationCalibrated, Error, SimulatedReport, MembershipSeen>;
 struct NodeEvent {
   std::string node;
   int64_t incarnation = 0;
   double t = 0;
   NodePayload what;
 };
+
+// The event's "type" ("eval", "checkpoint", ...).
+const char* typeName(const NodePayload& e);
+// The line: {"type", "node", "incarnation", "t", ...the event's fields}.
+nlohmann::json toJson(const NodeEvent& e);
+// A line read back from the store, which is untrusted: InvalidArgument ("event: <field>: <problem>") for a
+// malformed one, an unknown type, or a field its type does not have.
+Result<NodeEvent> decodeNodeEvent(std::string_view text);
 
 // ------------------------------------------------------------------------------ the controller's events
 
@@ -245,12 +252,63 @@ nlohmann::json toJson(const NodeLost& e);
 nlohmann::json toJson(const MembershipPublished& e);
 nlohmann::json toJson(const RecoveryBooked& e);
 
-// The event's "type" ("eval", "checkpoint", ...).
-const char* typeName(const NodePayload& e);
-// The line: {"type", "node", "incarnation", "t", ...the event's fields}.
-nlohmann::json toJson(const NodeEvent& e);
-// A line read back from the store, which is untrusted: InvalidArgument ("event: <field>: <problem>") for a
-// malformed one, an unknown type, or a field its type does not have.
-Result<NodeEvent> decodeNodeEvent(std::string_view text);
+// ------------------------------------------------------------------------ the chaos controller's events
+
+// One action of the plan (chaos/model/fault.h): planned ("chaos.planned", one per action when the run starts)
+// or what became of it ("chaos.applied", "chaos.escalated", "chaos.reverted", "chaos.replaced",
+// "chaos.skipped": its node was gone, "chaos.failed").
+struct ChaosAction {
+  std::string type;
+  uint64_t fault_id = 0;
+  std::string name;
+  std::string kind;  // the fault kind ("kill", "pause", ...)
+  std::string node;
+  std::string action;                                 // "apply", "escalate", "revert", "replace"
+  std::optional<double> planned_s = std::nullopt;     // run seconds of a timed action
+  std::optional<std::string> trigger = std::nullopt;  // a triggered action's trigger ("worker-0 step 150")...
+  std::optional<double> offset_s = std::nullopt;      // ...and its offset after it (planned only)
+  std::optional<int64_t> planned_mono_ns = std::nullopt;
+  std::optional<double> delay_ms = std::nullopt;        // how late it was done, against the plan
+  std::optional<nlohmann::json> params = std::nullopt;  // an apply's parameters, and who carried it out ("via")
+  std::optional<std::string> by = std::nullopt;         // a revert not at its time: "stop", "agent: lease lapsed"
+  std::optional<std::string> error = std::nullopt;
+  // When it was done (CLOCK_MONOTONIC, CLOCK_REALTIME); absent: when the line is written.
+  std::optional<int64_t> mono_ns = std::nullopt;
+  std::optional<int64_t> wall_ns = std::nullopt;
+};
+// A fault undone by crash safety, one heal operation each (chaos/actuators/heal.h): by "stop", the agent or
+// the cleanup of a previous run.
+struct ChaosHealed {
+  static constexpr const char* kType = "chaos.healed";
+  uint64_t fault_id = 0;
+  std::string name;
+  std::string kind;
+  std::string node;
+  std::string op;  // "thaw", "cpu_limit", "sigcont"
+  std::string by;
+  std::optional<std::string> error = std::nullopt;
+};
+// The controller stalled past its lease and the agent healed `healed` faults.
+struct ChaosLeaseLapsed {
+  static constexpr const char* kType = "chaos.lease_lapsed";
+  int healed = 0;
+  int64_t mono_ns = 0;
+  int64_t wall_ns = 0;
+};
+// The chaos agent died: another was started ("chaos.agent_restarted", pid), or none could be
+// ("chaos.agent_lost", error).
+struct ChaosAgentReplaced {
+  int64_t old_pid = 0;
+  std::optional<int64_t> pid = std::nullopt;
+  std::optional<std::string> error = std::nullopt;
+  int64_t mono_ns = 0;
+  int64_t wall_ns = 0;
+};
+
+// Each with its "type".
+nlohmann::json toJson(const ChaosAction& e);
+nlohmann::json toJson(const ChaosHealed& e);
+nlohmann::json toJson(const ChaosLeaseLapsed& e);
+nlohmann::json toJson(const ChaosAgentReplaced& e);
 
 }  // namespace chaosbed::events

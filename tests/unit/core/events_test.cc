@@ -2,13 +2,13 @@
 // of each type told apart; and what a node (or anyone who can write the store) writes malformed is refused
 // with a Status naming the field, never thrown.
 
+#include "core/runtime/events.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <variant>
-
-#include "core/runtime/events.h"
 
 namespace chaosbed::events {
 namespace {
