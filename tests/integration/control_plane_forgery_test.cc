@@ -5,7 +5,9 @@
 // stop flag, both with a made-up proof, and (c) to claim rank 1 on every control mesh and hang up (which
 // used to make the peer declare rank 1 dead). The run must end as training makes it end, and the attempts
 // must be logged as rejected. (The test itself reads the run's secret to find the meshes' ports in the
-// store, as a port scan would; the forgeries never use it.)
+// store, as a port scan would; the forgeries never use it.) With the secret it then appends malformed
+// events, as a buggy or subverted node could: the controller must refuse them all (control_plane.malformed_events)
+// and record none.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -119,6 +121,17 @@ TEST(ControlPlaneForgery, StrangersWithoutTheSecretCannotForgeEventsStopsOrHello
   ASSERT_TRUE(secret.isOk()) << secret.status().toString();
   auto store = connectStore(store_address, *secret, deadlineIn(10s));
   ASSERT_TRUE(store.isOk()) << store.status().toString();
+  // What a node holding the secret could write and the controller must still refuse: malformed events (an
+  // accuracy above 1, an unknown type, a field eval does not have). None may be acted on or recorded.
+  const std::string from = R"("node":"evaluator-0","incarnation":0,"t":0.4)";
+  const std::vector<std::string> malformed = {
+      "{" + from + R"(,"type":"eval","accuracy":7.0,"snapshot_t":0.42,"step":1,"loss":0.1})",
+      "{" + from + R"(,"type":"no.such.event"})",
+      "{" + from + R"(,"type":"eval","accuracy":1.0,"snapshot_t":0.43,"step":1,"loss":0.1,"forged":true})"};
+  for (const std::string& line : malformed) {
+    auto appended = (*store)->append(prefix + "/events", line);
+    ASSERT_TRUE(appended.isOk()) << appended.status().toString();
+  }
   for (int rank = 0; rank < 3; ++rank) {
     auto record = (*store)->get(prefix + "/ucx/" + std::to_string(rank), deadlineIn(10s));
     ASSERT_TRUE(record.isOk() && record->size() >= 16) << record.status().toString();
@@ -151,6 +164,10 @@ TEST(ControlPlaneForgery, StrangersWithoutTheSecretCannotForgeEventsStopsOrHello
   ASSERT_TRUE(m.at("tta_seconds").is_number()) << m.dump();
   EXPECT_GE(m.at("tta_seconds").get<double>(), 2.0) << "a forged eval was believed: " << m.dump();
   EXPECT_EQ(m.at("failures"), 0) << m.dump();
+  EXPECT_EQ(m.at("control_plane").at("malformed_events"), int64_t(malformed.size())) << m.at("control_plane").dump();
+  const std::string events = readFile(out / "events.jsonl");
+  EXPECT_EQ(events.find("no.such.event"), std::string::npos) << "a malformed event was recorded";
+  EXPECT_EQ(events.find("\"forged\""), std::string::npos) << "a malformed event was recorded";
   EXPECT_EQ(summary.at("strategies").at("parameter_server").at("failures"), 0);
   std::string node_logs;
   for (const auto& f : fs::recursive_directory_iterator(out / "mirrored" / "logs")) node_logs += readFile(f.path());
