@@ -83,7 +83,9 @@ Status ControlChannel::reportStats(const NodeStats& stats) {
 Status ControlChannel::append(events::NodePayload e) {
   const events::NodeEvent line{node_, incarnation_, start_ns_ ? elapsed() : 0.0, std::move(e)};
   // One atomic append: a node killed at any instant leaves the whole event or nothing, never a hole.
-  auto n = store_.append(keys_.events(), events::toJson(line).dump());
+  // Text a node did not make (a file name in an error) may not be UTF-8: replaced, so the dump never throws.
+  const std::string text = events::toJson(line).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  auto n = store_.append(keys_.events(), text);
   return n.isOk() ? Status::ok() : n.status();
 }
 

@@ -17,9 +17,20 @@ constexpr int64_t kMaxCount = int64_t{1} << 62;  // steps, samples, versions, ge
 constexpr int64_t kMaxRank = 1 << 20;
 constexpr int64_t kMaxShard = 1 << 16;
 constexpr double kMaxSeconds = 1e9;
-constexpr size_t kMaxText = 4096;  // messages and paths: longer ones are not a node's
+constexpr size_t kMaxText = 4096;  // messages and paths a node writes (clip)
+// What the reader takes: a clipped text whose bytes that were not UTF-8 became U+FFFD (3 bytes each).
+constexpr size_t kMaxReadText = 3 * kMaxText;
 
 json optional(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+// A node's text as the reader takes it: at most kMaxText bytes (cut before a UTF-8 sequence that would not
+// fit), so a long error message is shortened, never the reason its event is refused.
+std::string clip(const std::string& text) {
+  if (text.size() <= kMaxText) return text;
+  size_t end = kMaxText - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
 
 // The fields of each event (the envelope's are NodeEvent's).
 json fields(const Eval& e) {
@@ -27,14 +38,16 @@ json fields(const Eval& e) {
   if (e.refined) j["refined"] = true;
   return j;
 }
-json fields(const MirroredCheckpoint& e) { return {{"step", e.step}, {"reason", e.reason}}; }
+json fields(const MirroredCheckpoint& e) { return {{"step", e.step}, {"reason", clip(e.reason)}}; }
 json fields(const ShardCheckpoint& e) { return {{"shard", e.shard}, {"version", e.version}}; }
-json fields(const MirroredCheckpointFailed& e) { return {{"step", e.step}, {"error", e.error}}; }
-json fields(const ShardCheckpointFailed& e) { return {{"shard", e.shard}, {"version", e.version}, {"error", e.error}}; }
-json fields(const ShardNoticeCheckpoint& e) {
-  return {{"shard", e.shard}, {"version", e.version}, {"saved", e.saved}, {"error", e.error}};
+json fields(const MirroredCheckpointFailed& e) { return {{"step", e.step}, {"error", clip(e.error)}}; }
+json fields(const ShardCheckpointFailed& e) {
+  return {{"shard", e.shard}, {"version", e.version}, {"error", clip(e.error)}};
 }
-json fields(const ShardRestored& e) { return {{"shard", e.shard}, {"version", e.version}, {"path", e.path}}; }
+json fields(const ShardNoticeCheckpoint& e) {
+  return {{"shard", e.shard}, {"version", e.version}, {"saved", e.saved}, {"error", clip(e.error)}};
+}
+json fields(const ShardRestored& e) { return {{"shard", e.shard}, {"version", e.version}, {"path", clip(e.path)}}; }
 json fields(const MirroredRollback& e) {
   return {{"step", e.step},
           {"from_step", optional(e.from_step)},
@@ -50,10 +63,10 @@ json fields(const MirroredFailureDetected& e) {
   return {{"lost_rank", e.lost_rank},
           {"step", e.step},
           {"generation", e.generation},
-          {"reason", e.reason},
-          {"error", e.error}};
+          {"reason", clip(e.reason)},
+          {"error", clip(e.error)}};
 }
-json fields(const PsWorkerFailureDetected& e) { return {{"lost", e.lost}, {"status", e.status}}; }
+json fields(const PsWorkerFailureDetected& e) { return {{"lost", e.lost}, {"status", clip(e.status)}}; }
 json fields(const MirroredRecovered& e) {
   return {{"seconds", e.seconds}, {"generation", e.generation}, {"step", e.step}};
 }
@@ -72,7 +85,7 @@ json fields(const EmulationCalibrated& e) {
           {"target_ratio", e.target_ratio},
           {"transfer_seconds", e.transfer_seconds}};
 }
-json fields(const Error& e) { return {{"message", e.message}}; }
+json fields(const Error& e) { return {{"message", clip(e.message)}}; }
 json fields(const SimulatedReport& e) { return {{"seq", e.seq}}; }
 json fields(const MembershipSeen& e) { return {{"generation", e.generation}}; }
 
@@ -107,24 +120,24 @@ const std::map<std::string, Reader, std::less<>>& readers() {
        [](JsonFields& f, const json& j) -> NodePayload {
          if (j.contains("shard"))
            return ShardCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount)};
-         return MirroredCheckpoint{f.integer("step", 0, kMaxCount), f.string("reason", kMaxText)};
+         return MirroredCheckpoint{f.integer("step", 0, kMaxCount), f.string("reason", kMaxReadText)};
        }},
       {"checkpoint_failed",
        [](JsonFields& f, const json& j) -> NodePayload {
          if (j.contains("shard"))
            return ShardCheckpointFailed{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
-                                        f.string("error", kMaxText)};
-         return MirroredCheckpointFailed{f.integer("step", 0, kMaxCount), f.string("error", kMaxText)};
+                                        f.string("error", kMaxReadText)};
+         return MirroredCheckpointFailed{f.integer("step", 0, kMaxCount), f.string("error", kMaxReadText)};
        }},
       {"notice_checkpoint",
        [](JsonFields& f, const json&) -> NodePayload {
          return ShardNoticeCheckpoint{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
-                                      f.boolean("saved"), f.string("error", kMaxText)};
+                                      f.boolean("saved"), f.string("error", kMaxReadText)};
        }},
       {"restored",
        [](JsonFields& f, const json&) -> NodePayload {
          return ShardRestored{int(f.integer("shard", 0, kMaxShard)), f.integer("version", 0, kMaxCount),
-                              f.string("path", kMaxText)};
+                              f.string("path", kMaxReadText)};
        }},
       {"rollback",
        [](JsonFields& f, const json& j) -> NodePayload {
@@ -151,10 +164,10 @@ const std::map<std::string, Reader, std::less<>>& readers() {
       {"failure_detected",
        [](JsonFields& f, const json& j) -> NodePayload {
          if (j.contains("lost"))
-           return PsWorkerFailureDetected{int(f.integer("lost", -1, kMaxRank)), f.string("status", kMaxText)};
+           return PsWorkerFailureDetected{int(f.integer("lost", -1, kMaxRank)), f.string("status", kMaxReadText)};
          return MirroredFailureDetected{int(f.integer("lost_rank", -1, kMaxRank)), f.integer("step", 0, kMaxCount),
-                                        f.integer("generation", 0, kMaxCount), f.string("reason", kMaxText),
-                                        f.string("error", kMaxText)};
+                                        f.integer("generation", 0, kMaxCount), f.string("reason", kMaxReadText),
+                                        f.string("error", kMaxReadText)};
        }},
       {"recovered",
        [](JsonFields& f, const json& j) -> NodePayload {
@@ -182,7 +195,7 @@ const std::map<std::string, Reader, std::less<>>& readers() {
          return EmulationCalibrated{f.number("compute_seconds", 0, kMaxSeconds), f.number("target_ratio", 0, 1e9),
                                     f.number("transfer_seconds", 0, kMaxSeconds)};
        }},
-      {"error", [](JsonFields& f, const json&) -> NodePayload { return Error{f.string("message", kMaxText)}; }},
+      {"error", [](JsonFields& f, const json&) -> NodePayload { return Error{f.string("message", kMaxReadText)}; }},
       {"simulated.report",
        [](JsonFields& f, const json&) -> NodePayload { return SimulatedReport{f.integer("seq", 0, kMaxCount)}; }},
       {"membership.seen",

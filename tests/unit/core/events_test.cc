@@ -86,7 +86,18 @@ TEST(NodeEvents, MalformedEventsAreRefusedNamingTheField) {
   expectRefused("{" + head + R"("type":"membership_changed","generation":1,"workers":[0,-3],"joined":[],)" +
                     R"("step":1,"seconds":0})",
                 "workers");
-  expectRefused("{" + head + R"("type":"error","message":")" + std::string(5000, 'x') + R"("})", "message");
+  expectRefused("{" + head + R"("type":"error","message":")" + std::string(20000, 'x') + R"("})", "message");
+}
+
+// A node's long text is shortened when written (at a UTF-8 boundary), never the reason its event is refused.
+TEST(NodeEvents, ALongMessageIsClippedWhenWrittenAndReadBack) {
+  // The cut (4093 bytes and "...") falls inside the first é (2 bytes at 4092-4093): it moves before it.
+  const std::string long_text = std::string(4092, 'x') + "\u00e9\u00e9" + std::string(100, 'y');
+  const std::string line = toJson(from(Error{.message = long_text})).dump();
+  Result<NodeEvent> back = decodeNodeEvent(line);
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  const std::string& message = std::get<Error>(back->what).message;
+  EXPECT_EQ(message, std::string(4092, 'x') + "...");
 }
 
 }  // namespace
