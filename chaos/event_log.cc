@@ -24,7 +24,8 @@ EventLog::~EventLog() { ::close(fd_); }
 Status EventLog::append(nlohmann::json event) {
   if (!event.contains("mono_ns")) event["mono_ns"] = realClock().monotonicNs();
   if (!event.contains("wall_ns")) event["wall_ns"] = realClock().wallNs();
-  const std::string line = event.dump() + "\n";
+  // A message may carry bytes that are not UTF-8 (a file name in an error): replaced, so the dump never throws.
+  const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard<std::mutex> l(mu_);
   // A line is appended whole or not at all: a short write (a full disk) is cut back to where it began, so
   // that every line a reader finds parses.

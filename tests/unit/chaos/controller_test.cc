@@ -323,6 +323,22 @@ TEST_F(ChaosController, EventLogHasPlannedAndAppliedLines) {
   EXPECT_EQ(lines[3]["type"], "chaos.reverted");
 }
 
+// An error message may carry bytes that are not UTF-8 (a file name): the line is still written, and parses.
+TEST_F(ChaosController, EventLogWritesALineWithBytesThatAreNotUtf8Replaced) {
+  const std::string dir = tmpDir("events-utf8");
+  Result<std::unique_ptr<EventLog>> log = EventLog::open(dir + "/events.jsonl");
+  ASSERT_TRUE(log.isOk());
+  Status s;
+  EXPECT_NO_THROW(s = (*log)->append({{"type", "chaos.failed"}, {"error", "open /x/\xff\xfe: denied"}}));
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  std::ifstream in(dir + "/events.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json e = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(e.is_object()) << line;
+  EXPECT_EQ(e["error"], "open /x/\ufffd\ufffd: denied");
+}
+
 TEST_F(ChaosController, RealClockInjectionDelayIsSmall) {
   // 50 faults 2 ms apart on the real clock: each is applied within a few ms of its planned time.
   Plan p;
