@@ -122,6 +122,12 @@ Status UcxTransport::init() {
       }
     }
   }
+  if (tlsIncludesTcp(tls) && !options_.tcp_rx_segment.empty() && std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) {
+    if (ucs_status_t st = ucp_config_modify(config, "RX_SEG_SIZE", options_.tcp_rx_segment.c_str()); st != UCS_OK) {
+      ucp_config_release(config);
+      return Status::invalidArgument("ucx: RX_SEG_SIZE=" + options_.tcp_rx_segment + ": " + ucsText(st));
+    }
+  }
   if (!options_.rndv_thresh.empty() && std::getenv("UCX_RNDV_THRESH") == nullptr) {
     if (ucs_status_t st = ucp_config_modify(config, "RNDV_THRESH", options_.rndv_thresh.c_str()); st != UCS_OK) {
       ucp_config_release(config);

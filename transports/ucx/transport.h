@@ -94,6 +94,12 @@ struct UcxOptions {
   // processes on a core: with 4 ranks on 2 cores that made a 64 KiB all-reduce 2-4x slower (measured with
   // `chaosbed bench allreduce`, with and without cross-memory attach).
   std::string rndv_thresh = "128k";
+  // The TCP transport's receive segment (UCX_TCP_RX_SEG_SIZE; empty: UCX's 64 KiB; the environment wins).
+  // Without TCP's PUT zero-copy (off, see init()), a rendezvous moves its data as active messages of at most
+  // one receive segment, and with one TCP event per poll each segment costs a progress call, a wake-up and a
+  // copy through a bounce buffer: a 0.9 MB parameter-server push took 15 of them. 512 KiB made `chaosbed
+  // bench ps` 23-28% faster at 1-8 workers (docs/design.md 2.5); 1 MiB measured no better.
+  std::string tcp_rx_segment = "512k";
   // How long progress() polls before it sleeps on the worker's event fd.
   std::chrono::microseconds spin{200};
   // UCX's shared-memory transports are safe only while no peer dies, so they are off by default and data
