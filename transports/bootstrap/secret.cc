@@ -116,4 +116,10 @@ bool Secret::verify(std::string_view label, std::string_view message, std::strin
   return CRYPTO_memcmp(expected.data(), proof.data(), kMacBytes) == 0;
 }
 
+Secret Secret::derive(std::string_view label, std::string_view message) const {
+  Secret derived;
+  derived.key_ = mac(label, message);
+  return derived;
+}
+
 }  // namespace chaosbed

@@ -38,6 +38,9 @@ class Secret {
   Mac mac(std::string_view label, std::string_view message) const;
   // Constant-time comparison of a received proof with the expected one.
   bool verify(std::string_view label, std::string_view message, std::string_view proof) const;
+  // A key of its own for one purpose (a connection's frames): mac(label, message) as a Secret, so that it
+  // proves nothing that the run's secret proves and dies with its connection.
+  Secret derive(std::string_view label, std::string_view message) const;
 
   // Fresh random bytes for a nonce (getrandom; never fails on Linux >= 3.17 once the pool is initialised).
   static std::string nonce(size_t bytes = 32);

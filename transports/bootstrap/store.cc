@@ -42,6 +42,10 @@ constexpr size_t kGreetingBytes = kMagicBytes + kNonceBytes;
 constexpr size_t kAnswerBytes = kNonceBytes + Secret::kMacBytes;
 constexpr char kClientLabel[] = "chaosbed store client";
 constexpr char kServerLabel[] = "chaosbed store server";
+// After it, every frame carries a MAC under the connection's own key over its sequence number and body.
+constexpr char kSessionLabel[] = "chaosbed store session";
+constexpr char kRequestLabel[] = "chaosbed store request";
+constexpr char kResponseLabel[] = "chaosbed store response";
 
 // Server bounds (store.h).
 constexpr auto kAuthTimeout = 2s;
@@ -62,18 +66,25 @@ size_t clientLimit() {
   return std::clamp<size_t>(descriptors / 4 * 3, 1024, size_t{1} << 20);
 }
 
-std::string frame(const std::string& body) {
-  std::string out;
-  out.reserve(body.size() + 4);
-  net::appendU32(out, static_cast<uint32_t>(body.size()));
-  out += body;
-  return out;
+// What a frame's MAC covers: its place in its direction (so a replayed, dropped or reordered frame fails)
+// and its body.
+std::string macInput(uint64_t seq, std::string_view body) {
+  std::string in;
+  in.reserve(8 + body.size());
+  net::appendU64(in, seq);
+  in += body;
+  return in;
 }
 
-std::string response(Code code, const std::string& payload = {}) {
-  std::string body(1, static_cast<char>(code));
-  body += payload;
-  return frame(body);
+// u32 length of the body, the body, its MAC (store.h).
+std::string sealedFrame(const Secret& key, const char* label, uint64_t seq, const std::string& body) {
+  std::string out;
+  out.reserve(4 + body.size() + Secret::kMacBytes);
+  net::appendU32(out, static_cast<uint32_t>(body.size()));
+  out += body;
+  const Secret::Mac mac = key.mac(label, macInput(seq, body));
+  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  return out;
 }
 
 // Parses decimal text as an int64 counter value.
@@ -138,6 +149,9 @@ class TcpStoreServer final : public StoreServer {
     std::string out;
     bool authenticated = false;
     std::string nonce;             // the server's nonce Ns
+    Secret session;                // the connection's key, once authenticated
+    uint64_t received = 0;         // requests taken, the next one's sequence number
+    uint64_t sent = 0;             // answers sent
     Deadline auth_deadline{};      // closed if not authenticated by then
     Deadline frame_deadline = Deadline::max();  // a started frame must be complete by then
     bool waiting = false;          // a get is blocked on wait_key
@@ -302,6 +316,7 @@ class TcpStoreServer final : public StoreServer {
         return;
       }
       c.authenticated = true;
+      c.session = secret_.derive(kSessionLabel, transcript);
       c.out += asString(secret_.mac(kServerLabel, transcript));
       c.in.erase(0, kAnswerBytes);
       c.frame_deadline = c.in.empty() ? Deadline::max() : SteadyClock::now() + kFrameTimeout;
@@ -313,9 +328,16 @@ class TcpStoreServer final : public StoreServer {
         c.closed = true;
         return;
       }
-      if (c.in.size() < 4 + size_t{len}) return;
+      if (c.in.size() < 4 + size_t{len} + Secret::kMacBytes) return;
       std::string body = c.in.substr(4, len);
-      c.in.erase(0, 4 + size_t{len});
+      if (!c.session.verify(kRequestLabel, macInput(c.received, body),
+                            std::string_view(c.in).substr(4 + size_t{len}, Secret::kMacBytes))) {
+        forged_.note("a request failed its MAC (altered, replayed, reordered or not from the client); closed");
+        c.closed = true;
+        return;
+      }
+      ++c.received;
+      c.in.erase(0, 4 + size_t{len} + Secret::kMacBytes);
       // The next frame (if any) has its own time to arrive.
       c.frame_deadline = c.in.empty() ? Deadline::max() : SteadyClock::now() + kFrameTimeout;
       handleRequest(c, body);
@@ -327,7 +349,7 @@ class TcpStoreServer final : public StoreServer {
     uint8_t op = static_cast<uint8_t>(body[0]);
     uint32_t key_len = net::loadU32(body.data() + 1);
     if (size_t{key_len} > body.size() - 5) {
-      c.out += response(kCodeInvalid, "key length exceeds the frame");
+      answer(c, kCodeInvalid, "key length exceeds the frame");
       return;
     }
     std::string key = body.substr(5, key_len);
@@ -335,13 +357,13 @@ class TcpStoreServer final : public StoreServer {
     switch (op) {
       case kSet:
         data_[key] = std::move(operand);
-        c.out += response(kCodeOk);
+        answer(c, kCodeOk);
         wakeWaiters(key);
         return;
       case kGet: {
         if (operand.size() != 8) break;
         if (auto it = data_.find(key); it != data_.end()) {
-          c.out += response(kCodeOk, it->second);
+          answer(c, kCodeOk, it->second);
           return;
         }
         uint64_t timeout_ms = net::loadU64(operand.data());
@@ -357,26 +379,26 @@ class TcpStoreServer final : public StoreServer {
         int64_t value = 0;
         auto it = data_.find(key);
         if (it != data_.end() && !parseCounter(it->second, &value)) {
-          c.out += response(kCodeInvalid, "add: key '" + key + "' does not hold a counter");
+          answer(c, kCodeInvalid, "add: key '" + key + "' does not hold a counter");
           return;
         }
         value += delta;
         data_[key] = std::to_string(value);
         std::string payload;
         net::appendU64(payload, static_cast<uint64_t>(value));
-        c.out += response(kCodeOk, payload);
+        answer(c, kCodeOk, payload);
         wakeWaiters(key);
         return;
       }
       case kContains:
-        c.out += response(kCodeOk, std::string(1, data_.count(key) ? '\1' : '\0'));
+        answer(c, kCodeOk, std::string(1, data_.count(key) ? '\1' : '\0'));
         return;
       case kAppend: {
         auto& list = lists_[key];
         list.push_back(std::move(operand));
         std::string payload;
         net::appendU64(payload, static_cast<uint64_t>(list.size() - 1));
-        c.out += response(kCodeOk, payload);
+        answer(c, kCodeOk, payload);
         return;
       }
       case kReadList: {
@@ -396,7 +418,7 @@ class TcpStoreServer final : public StoreServer {
         }
         std::string payload;
         net::appendU32(payload, count);
-        c.out += response(kCodeOk, payload + entries);
+        answer(c, kCodeOk, payload + entries);
         return;
       }
       case kPeek: {
@@ -424,13 +446,19 @@ class TcpStoreServer final : public StoreServer {
           payload += it->second;
         }
         if (i != count || at != operand.size()) break;
-        c.out += response(kCodeOk, payload);
+        answer(c, kCodeOk, payload);
         return;
       }
       default:
         break;
     }
-    c.out += response(kCodeInvalid, "malformed request (op " + std::to_string(op) + ")");
+    answer(c, kCodeInvalid, "malformed request (op " + std::to_string(op) + ")");
+  }
+
+  void answer(Client& c, Code code, const std::string& payload = {}) {
+    std::string body(1, static_cast<char>(code));
+    body += payload;
+    c.out += sealedFrame(c.session, kResponseLabel, c.sent++, body);
   }
 
   void wakeWaiters(const std::string& key) {
@@ -438,7 +466,7 @@ class TcpStoreServer final : public StoreServer {
     for (auto& w : clients_) {
       if (w->waiting && w->wait_key == key) {
         w->waiting = false;
-        w->out += response(kCodeOk, value);
+        answer(*w, kCodeOk, value);
         handleInput(*w);
       }
     }
@@ -462,7 +490,7 @@ class TcpStoreServer final : public StoreServer {
       }
       if (c->waiting && c->wait_deadline <= now) {
         c->waiting = false;
-        c->out += response(kCodeTimeout, "get '" + c->wait_key + "': key not set before the deadline");
+        answer(*c, kCodeTimeout, "get '" + c->wait_key + "': key not set before the deadline");
         handleInput(*c);
       }
       // Only a frame we are reading can be late: a client held back by us is not.
@@ -484,6 +512,7 @@ class TcpStoreServer final : public StoreServer {
   std::vector<std::unique_ptr<Client>> clients_;
   FileDescriptor epoll_;
   RateLimitedLog rejected_{"authentication"};
+  RateLimitedLog forged_{"frame MAC"};
   RateLimitedLog slow_{"slow client"};
   const size_t max_clients_ = clientLimit();
   RateLimitedLog too_many_{"connection limit"};
@@ -494,9 +523,17 @@ class TcpStoreServer final : public StoreServer {
 // ---------------------------------------------------------------------------------------------------------
 // Client: a pool of authenticated connections, one per concurrent call.
 
+// An authenticated connection: its socket, its key and the sequence numbers of its two directions.
+struct Connection {
+  FileDescriptor fd;
+  Secret session;
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
 // Connects to the server and runs the handshake of store.h.
 // `reached`, when given, is set once the TCP connection stands: a failure after it is the handshake's.
-Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secret& secret, Deadline deadline,
+Result<Connection> openAuthenticated(const net::HostPort& server, const Secret& secret, Deadline deadline,
                                          bool retry, bool* reached = nullptr) {
   const std::string where = "store at " + server.toString() + ": authentication";
   FileDescriptor fd;
@@ -523,19 +560,19 @@ Result<FileDescriptor> openAuthenticated(const net::HostPort& server, const Secr
     return s.withContext(where + " (the server closes a client whose secret is wrong)");
   if (!secret.verify(kServerLabel, transcript, proof))
     return Status::unavailable(where + ": the server did not prove the run's secret");
-  return fd;
+  return Connection{std::move(fd), secret.derive(kSessionLabel, transcript)};
 }
 
 class TcpStore final : public Store {
  public:
   // `first`: an authenticated connection to start the pool with, or none (a session connects on first use).
-  TcpStore(net::HostPort server, const Secret& secret, FileDescriptor first, std::chrono::milliseconds op_timeout)
+  TcpStore(net::HostPort server, const Secret& secret, Connection first, std::chrono::milliseconds op_timeout)
       : server_(std::move(server)), secret_(secret), op_timeout_(op_timeout) {
-    if (first.valid()) idle_.push_back(std::move(first));
+    if (first.fd.valid()) idle_.push_back(std::move(first));
   }
 
   std::unique_ptr<Store> session() override {
-    return std::make_unique<TcpStore>(server_, secret_, FileDescriptor(), op_timeout_);
+    return std::make_unique<TcpStore>(server_, secret_, Connection{}, op_timeout_);
   }
 
   Status set(const std::string& key, const std::string& value) override {
@@ -653,12 +690,12 @@ class TcpStore final : public Store {
   Result<std::string> call(Op op, const std::string& key, const std::string& operand, Deadline deadline) {
     const std::string what = std::string("store ") + opName(op) + " '" + key + "' at " + server_.toString();
     if (key.size() + operand.size() + 5 > kMaxFrame) return Status::invalidArgument(what + ": request over 64 MiB");
-    FileDescriptor fd;
+    Connection conn;
     {
       MutexLock lock(mu_);
       if (server_lost_) return Status::unavailable(what + ": connection to the store server was lost");
       if (!idle_.empty()) {
-        fd = std::move(idle_.back());
+        conn = std::move(idle_.back());
         idle_.pop_back();
       }
     }
@@ -667,11 +704,11 @@ class TcpStore final : public Store {
     // right (the pool's first connection, or its parent's, proved it), so try again until the deadline:
     // callers take an error here for a lost controller and stop (a simulated node at nice 19 beside 255
     // others did, in the test suite). The pause between tries spares a server that is out of descriptors.
-    for (auto pause = std::chrono::milliseconds(20); !fd.valid(); pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
+    for (auto pause = std::chrono::milliseconds(20); !conn.fd.valid(); pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
       bool reached = false;
       auto connected = openAuthenticated(server_, secret_, deadline, /*retry=*/false, &reached);
       if (connected.isOk()) {
-        fd = std::move(connected).value();
+        conn = std::move(connected).value();
         break;
       }
       if (connected.status().code() == StatusCode::kTimeout) return Status::timeout(what + ": " + connected.status().message());
@@ -683,44 +720,51 @@ class TcpStore final : public Store {
     net::appendU32(body, static_cast<uint32_t>(key.size()));
     body += key;
     body += operand;
-    std::string request = frame(body);
+    const int fd = conn.fd.get();
     if (op == kGet) {
       MutexLock lock(mu_);
-      in_get_[fd.get()] = false;
+      in_get_[fd] = false;
     }
-    std::string payload;
-    char header[5];
-    Status io = exchange(fd.get(), request, header, payload, deadline);
+    std::string reply;
+    Status io = exchange(conn, body, reply, deadline);
     bool interrupted = false;
     {
       MutexLock lock(mu_);
       if (op == kGet) {
-        interrupted = in_get_[fd.get()];
-        in_get_.erase(fd.get());
+        interrupted = in_get_[fd];
+        in_get_.erase(fd);
       }
-      if (io.isOk() && !interrupted) idle_.push_back(std::move(fd));
+      if (io.isOk() && !interrupted) idle_.push_back(std::move(conn));
     }
     if (!io.isOk()) {
       if (interrupted) return Status::cancelled(what + ": interrupted");
       return io.code() == StatusCode::kTimeout ? Status::timeout(what + ": " + io.message()) : lost(what, io);
     }
-    switch (static_cast<Code>(header[4])) {
+    const std::string payload = reply.substr(1);
+    switch (static_cast<Code>(reply[0])) {
       case kCodeOk: return payload;
       case kCodeTimeout: return Status::timeout(what + ": " + payload);
       case kCodeInvalid: return Status::invalidArgument(what + ": " + payload);
     }
-    return Status::internal(what + ": unknown reply code " + std::to_string(header[4]));
+    return Status::internal(what + ": unknown reply code " + std::to_string(reply[0]));
   }
 
-  // Sends one request and reads its answer: the header (length, code) and the payload.
-  static Status exchange(int fd, const std::string& request, char (&header)[5], std::string& payload,
-                         Deadline deadline) {
-    CHAOSBED_RETURN_IF_ERROR(net::writeAll(fd, std::as_bytes(std::span(request)), deadline));
-    CHAOSBED_RETURN_IF_ERROR(net::readAll(fd, std::as_writable_bytes(std::span(header)), deadline));
+  // Sends one request and reads its answer's body (code, payload), both sealed with the connection's key.
+  // A reply that fails its MAC (altered, replayed, reordered, or not from the server) is DataLoss and the
+  // connection is dropped: nothing read from it is used.
+  static Status exchange(Connection& conn, const std::string& body, std::string& reply, Deadline deadline) {
+    const std::string request = sealedFrame(conn.session, kRequestLabel, conn.sent++, body);
+    CHAOSBED_RETURN_IF_ERROR(net::writeAll(conn.fd.get(), std::as_bytes(std::span(request)), deadline));
+    char header[4];
+    CHAOSBED_RETURN_IF_ERROR(net::readAll(conn.fd.get(), std::as_writable_bytes(std::span(header)), deadline));
     const uint32_t len = net::loadU32(header);
     if (len < 1 || len > kMaxFrame) return Status::dataLoss("malformed reply");
-    payload.assign(len - 1, '\0');
-    return net::readAll(fd, std::as_writable_bytes(std::span(payload)), deadline);
+    std::string sealed(size_t{len} + Secret::kMacBytes, '\0');
+    CHAOSBED_RETURN_IF_ERROR(net::readAll(conn.fd.get(), std::as_writable_bytes(std::span(sealed)), deadline));
+    reply = sealed.substr(0, len);
+    if (!conn.session.verify(kResponseLabel, macInput(conn.received++, reply), std::string_view(sealed).substr(len)))
+      return Status::dataLoss("a reply failed its MAC (altered, replayed or reordered on the way)");
+    return Status::ok();
   }
 
   // The server is gone (refused, reset, EOF): every later call fails at once, without reconnecting.
@@ -735,7 +779,7 @@ class TcpStore final : public Store {
   const Secret secret_;
   const std::chrono::milliseconds op_timeout_;
   Mutex mu_;
-  std::vector<FileDescriptor> idle_ CHAOSBED_GUARDED_BY(mu_);
+  std::vector<Connection> idle_ CHAOSBED_GUARDED_BY(mu_);
   std::map<int, bool> in_get_ CHAOSBED_GUARDED_BY(mu_);  // connections of the gets in flight: interrupted?
   bool server_lost_ CHAOSBED_GUARDED_BY(mu_) = false;
 };
@@ -763,9 +807,9 @@ Result<std::unique_ptr<StoreServer>> startStoreServer(const std::string& listen_
 Result<std::unique_ptr<Store>> connectStore(const std::string& address, const Secret& secret, Deadline deadline,
                                             std::chrono::milliseconds op_timeout) {
   CHAOSBED_ASSIGN_OR_RETURN(net::HostPort server, net::parseHostPort(address));
-  auto fd = openAuthenticated(server, secret, deadline, /*retry=*/true);
-  if (!fd.isOk()) return fd.status().withContext("store client");
-  return std::unique_ptr<Store>(new TcpStore(std::move(server), secret, std::move(fd).value(), op_timeout));
+  auto conn = openAuthenticated(server, secret, deadline, /*retry=*/true);
+  if (!conn.isOk()) return conn.status().withContext("store client");
+  return std::unique_ptr<Store>(new TcpStore(std::move(server), secret, std::move(conn).value(), op_timeout));
 }
 
 }  // namespace chaosbed

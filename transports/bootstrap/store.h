@@ -19,10 +19,17 @@
 // Ns|Nc), so each side knows the other holds the secret and no recorded exchange can be replayed. A client
 // that does not prove it within 2 s, or proves it wrong, is closed and logged (rate-limited).
 //
-// Wire protocol after that (TCP, little-endian): request = u32 length, u8 op, u32 key length, key, operand
+// Every frame after that carries a MAC too, so a relay that passed the handshake through can neither inject,
+// alter, replay, drop nor reorder one: both ends derive the connection's key K = HMAC(secret, "chaosbed store
+// session", Ns|Nc), and a frame is u32 length, body, HMAC(K, "chaosbed store request" or "... response",
+// u64 sequence number | body), the sequence number counting that direction's frames from 0 (never sent).
+// The server closes a connection whose request fails its MAC (logged, rate-limited); the client drops one
+// whose reply fails and reports DataLoss as a lost server.
+//
+// Frame bodies (TCP, little-endian): request = u8 op, u32 key length, key, operand
 // (set: the value; get: u64 timeout in ms; add: i64 delta; contains: nothing; append: the value; readList:
 // u64 first index, u32 most entries; peek: an empty key, then u32 count and count x (u32 length, key)).
-// Response = u32 length, u8 code (0 OK, 1 Timeout, 2 InvalidArgument), payload (get: value; add: i64;
+// Response = u8 code (0 OK, 1 Timeout, 2 InvalidArgument), payload (get: value; add: i64;
 // contains: u8; append: u64 index; readList: u32 count, then count x (u32 length, bytes); peek: u32 count,
 // then per key u8 present and, when 1, u32 length and the value; errors: a message).
 //

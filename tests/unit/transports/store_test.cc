@@ -16,6 +16,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "transports/bootstrap/net.h"
@@ -383,8 +384,40 @@ long rssKiB() {
   return -1;
 }
 
-// A raw connection that completes the handshake of store.h, for tests that misbehave after it.
-net::FileDescriptor authenticatedSocket(const std::string& address, const Secret& secret) {
+// A raw connection that completes the handshake of store.h and seals its own frames (written here from
+// store.h's description, not with the store's code), for tests that misbehave after it.
+struct RawClient {
+  net::FileDescriptor fd;
+  Secret session;
+  uint64_t sent = 0;
+
+  // u32 length, body, HMAC(K, "chaosbed store request", u64 seq | body).
+  std::string seal(const std::string& body, uint64_t seq) const {
+    std::string covered;
+    net::appendU64(covered, seq);
+    covered += body;
+    const auto mac = session.mac("chaosbed store request", covered);
+    std::string out;
+    net::appendU32(out, uint32_t(body.size()));
+    out += body;
+    out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+    return out;
+  }
+  std::string next(const std::string& body) { return seal(body, sent++); }
+  bool send(const std::string& bytes) const {
+    return net::writeAll(fd.get(), std::as_bytes(std::span(bytes)), deadlineIn(seconds(5))).isOk();
+  }
+  // The next reply's code (its body's first byte), or -1 when the server closed the connection instead.
+  int replyCode() const {
+    char header[5];
+    if (!net::readAll(fd.get(), std::as_writable_bytes(std::span(header)), deadlineIn(seconds(5))).isOk()) return -1;
+    std::string rest(net::loadU32(header) - 1 + Secret::kMacBytes, '\0');
+    if (!net::readAll(fd.get(), std::as_writable_bytes(std::span(rest)), deadlineIn(seconds(5))).isOk()) return -1;
+    return header[4];
+  }
+};
+
+RawClient authenticatedSocket(const std::string& address, const Secret& secret) {
   auto where = net::parseHostPort(address);
   auto fd = net::connectTcp(*where, deadlineIn(seconds(5)), false);
   EXPECT_TRUE(fd.isOk());
@@ -399,17 +432,21 @@ net::FileDescriptor authenticatedSocket(const std::string& address, const Secret
   EXPECT_TRUE(net::writeAll(fd->get(), std::as_bytes(std::span(answer)), deadlineIn(seconds(5))).isOk());
   std::string proof(32, '\0');
   EXPECT_TRUE(net::readAll(fd->get(), std::as_writable_bytes(std::span(proof)), deadlineIn(seconds(5))).isOk());
-  return std::move(fd).value();
+  return RawClient{std::move(fd).value(), secret.derive("chaosbed store session", transcript)};
 }
 
-std::string getRequest(const std::string& key) {
-  std::string out;
-  net::appendU32(out, uint32_t(1 + 4 + key.size() + 8));
-  out.push_back(char(2));  // get
+std::string requestBody(char op, const std::string& key, const std::string& operand) {
+  std::string out(1, op);
   net::appendU32(out, uint32_t(key.size()));
   out.append(key);
-  net::appendU64(out, 0);
+  out.append(operand);
   return out;
+}
+
+std::string getBody(const std::string& key) {
+  std::string timeout;
+  net::appendU64(timeout, 0);
+  return requestBody(2, key, timeout);
 }
 
 TEST_F(StoreFixture, PeekReadsManyKeysInOneRequestAndNeverWaits) {
@@ -437,19 +474,97 @@ TEST_F(StoreFixture, PeekReadsManyKeysInOneRequestAndNeverWaits) {
 }
 
 TEST_F(StoreFixture, APeekWhoseKeyLengthsOverrunItsFrameIsRefused) {
-  net::FileDescriptor fd = authenticatedSocket(server_->address(), secret_);
+  RawClient raw = authenticatedSocket(server_->address(), secret_);
   std::string body(1, char(7));  // peek
   net::appendU32(body, 0);       // no key
   net::appendU32(body, 2);       // two keys ...
   net::appendU32(body, 100);     // ... the first 100 bytes long, of which 3 follow
   body += "abc";
-  std::string request;
-  net::appendU32(request, uint32_t(body.size()));
-  request += body;
-  ASSERT_TRUE(net::writeAll(fd.get(), std::as_bytes(std::span(request)), deadlineIn(seconds(5))).isOk());
-  char header[5];
-  ASSERT_TRUE(net::readAll(fd.get(), std::as_writable_bytes(std::span(header)), deadlineIn(seconds(5))).isOk());
-  EXPECT_EQ(header[4], 2) << "a malformed peek must be refused as invalid";
+  ASSERT_TRUE(raw.send(raw.next(body)));
+  EXPECT_EQ(raw.replyCode(), 2) << "a malformed peek must be refused as invalid";
+  EXPECT_TRUE(store_->set("still", "works").isOk());
+}
+
+// A relay that passed the handshake through (it needs no secret for that) can still write, alter and replay
+// bytes; each frame's MAC under the connection's own key and sequence number is what stops it (store.h).
+TEST_F(StoreFixture, ARequestAlteredInjectedReplayedOrReorderedClosesItsConnectionUnheard) {
+  struct Case {
+    const char* what;
+    std::function<std::string(RawClient&)> bytes;  // sent after one good set of "k" = "before"
+  };
+  const std::vector<Case> cases = {
+      {"altered", [](RawClient& c) {
+         std::string f = c.next(requestBody(1, "k", "forged"));
+         f[f.size() - Secret::kMacBytes - 1] ^= 1;  // the value's last byte: "forgee"
+         return f;
+       }},
+      {"injected with a MAC under another key", [](RawClient& c) {
+         const RawClient other{net::FileDescriptor(), *Secret::generate(), 0};
+         return other.seal(requestBody(1, "k", "forged"), c.sent);
+       }},
+      {"injected without a MAC", [](RawClient&) {
+         std::string f;
+         net::appendU32(f, uint32_t(requestBody(1, "k", "forged").size()));
+         return f + requestBody(1, "k", "forged") + std::string(Secret::kMacBytes, '\0');
+       }},
+      {"replayed", [](RawClient& c) { return c.seal(requestBody(1, "k", "before"), 0); }},
+      {"reordered (a later sequence number first)", [](RawClient& c) { return c.seal(requestBody(1, "k", "forged"), c.sent + 1); }},
+  };
+  for (const Case& test : cases) {
+    SCOPED_TRACE(test.what);
+    RawClient raw = authenticatedSocket(server_->address(), secret_);
+    ASSERT_TRUE(raw.send(raw.next(requestBody(1, "k", "before"))));
+    ASSERT_EQ(raw.replyCode(), 0) << "a well-sealed request is answered";
+    ASSERT_TRUE(raw.send(test.bytes(raw)));
+    EXPECT_EQ(raw.replyCode(), -1) << "the server closes the connection instead of answering";
+    auto value = store_->get("k", deadlineIn(seconds(5)));
+    ASSERT_TRUE(value.isOk()) << value.status().toString();
+    EXPECT_EQ(*value, "before") << "nothing of the refused frame was applied";
+  }
+}
+
+// A relay that alters a reply: the client drops the connection and reports the store as lost, never the
+// altered value.
+TEST_F(StoreFixture, AReplyAlteredOnTheWayIsRefusedByTheClient) {
+  ASSERT_TRUE(store_->set("k", "true value").isOk());
+  net::HostPort relay_at;
+  auto listener = net::listenTcp(*net::parseHostPort("127.0.0.1:0"), &relay_at);
+  ASSERT_TRUE(listener.isOk()) << listener.status().toString();
+  std::thread relay([&] {
+    pollfd incoming{listener->get(), POLLIN, 0};
+    if (::poll(&incoming, 1, 5000) != 1) return;
+    auto client = net::acceptTcp(listener->get());
+    auto server = net::connectTcp(*net::parseHostPort(server_->address()), deadlineIn(seconds(5)), false);
+    if (!client.isOk() || !server.isOk()) return;
+    // Greeting and proof (68 bytes) pass untouched; the first reply's code (byte 72: after its length) is
+    // flipped from OK to Timeout.
+    constexpr size_t kAltered = 68 + 4;
+    size_t from_server = 0;
+    pollfd fds[2] = {{client->get(), POLLIN, 0}, {server->get(), POLLIN, 0}};
+    while (::poll(fds, 2, 5000) > 0) {
+      char buf[65536];
+      const bool up = fds[0].revents != 0;
+      const ssize_t n = ::recv(up ? client->get() : server->get(), buf, sizeof buf, 0);
+      if (n <= 0) return;
+      if (!up) {
+        if (from_server <= kAltered && kAltered < from_server + size_t(n)) buf[kAltered - from_server] ^= 1;
+        from_server += size_t(n);
+      }
+      if (::send(up ? server->get() : client->get(), buf, size_t(n), MSG_NOSIGNAL) != n) return;
+    }
+  });
+  auto store = connectStore(relay_at.toString(), secret_, deadlineIn(seconds(5)));
+  EXPECT_TRUE(store.isOk()) << "the handshake went through the relay untouched: " << store.status().toString();
+  if (store.isOk()) {
+    auto value = (*store)->get("k", deadlineIn(seconds(5)));
+    EXPECT_FALSE(value.isOk()) << "an altered reply was taken: " << *value;
+    EXPECT_EQ(value.status().code(), StatusCode::kUnavailable) << value.status().toString();
+    EXPECT_NE(value.status().message().find("MAC"), std::string::npos) << value.status().toString();
+    EXPECT_FALSE((*store)->set("after", "x").isOk()) << "a client that saw a forged reply trusts that server no more";
+    store->reset();
+  }
+  ::shutdown(listener->get(), SHUT_RDWR);
+  relay.join();
   EXPECT_TRUE(store_->set("still", "works").isOk());
 }
 
@@ -471,11 +586,12 @@ TEST_F(StoreFixture, MisbehavingClientsNeitherSlowLegitimateCallsNorGrowTheServe
     }
     hostile.push_back(std::move(fd).value());
   }
-  std::string pipelined;
-  for (int i = 0; i < 2000; ++i) pipelined += getRequest("big");
   for (int i = 0; i < 50; ++i) {
-    hostile.push_back(authenticatedSocket(server_->address(), secret_));
-    (void)::send(hostile.back().get(), pipelined.data(), pipelined.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    RawClient raw = authenticatedSocket(server_->address(), secret_);
+    std::string pipelined;
+    for (int j = 0; j < 2000; ++j) pipelined += raw.next(getBody("big"));
+    (void)::send(raw.fd.get(), pipelined.data(), pipelined.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    hostile.push_back(std::move(raw.fd));
   }
   std::vector<double> ms_each;
   const std::vector<std::string> keys = {"k0", "k1", "k2", "k3", "k4", "k5", "k6"};
