@@ -29,7 +29,8 @@ using namespace std::chrono_literals;
 
 json AgentConfig::toJson() const {
   return {{"store", store},     {"secret_file", secret_file}, {"run", run},
-          {"hosts", hosts},     {"host_names", host_names},   {"lease_s", lease_s}};
+          {"hosts", hosts},     {"host_names", host_names},   {"lease_s", lease_s},
+          {"extra_binaries", extra_binaries}};
 }
 
 Result<AgentConfig> AgentConfig::read(const std::string& path) {
@@ -47,6 +48,7 @@ Result<AgentConfig> AgentConfig::read(const std::string& path) {
     c.hosts = j.at("hosts").get<int>();
     c.lease_s = j.at("lease_s").get<double>();
     c.host_names = j.value("host_names", std::vector<std::string>{});
+    c.extra_binaries = j.value("extra_binaries", std::vector<std::string>{});
   } catch (const json::exception& e) {
     return Status::invalidArgument("agent config " + path + ": " + e.what());
   }
@@ -158,6 +160,8 @@ class Agent {
     CHAOSBED_ASSIGN_OR_RETURN(store_, connectStore(config_.store, *secret, deadlineIn(30s), 10000ms));
     if (host_ < 0) {
       CHAOSBED_ASSIGN_OR_RETURN(host_, join());
+    } else {
+      CHAOSBED_RETURN_IF_ERROR(claimGiven());
     }
     const auto [address, device] = localRoute(config_.store);
     CHAOSBED_RETURN_IF_ERROR(store_->set(agent_wire::hello(config_.run, host_),
@@ -217,12 +221,33 @@ class Agent {
     return Status::invalidArgument("every host named " + short_name + " has joined already (the run's hosts: " + all + ")");
   }
 
+  // --index I: host I, if no agent has claimed it (a second one would replay its orders and start every
+  // node of the host a second time).
+  Status claimGiven() {
+    if (host_ >= config_.hosts)
+      return Status::invalidArgument("--index " + std::to_string(host_) + ", but the run has " + std::to_string(config_.hosts) + " hosts");
+    CHAOSBED_ASSIGN_OR_RETURN(int64_t claims, store_->add(agent_wire::claim(config_.run, host_), 1));
+    if (claims != 1) return Status::invalidArgument("host " + std::to_string(host_) + " has an agent already");
+    return Status::ok();
+  }
+
   Status serve(const std::atomic<bool>* interrupted) {
     const auto lease_timeout = std::chrono::duration<double>(config_.lease_s);
     auto lease_seen = SteadyClock::now();
     std::optional<std::string> lease_value;
+    auto last_turn = SteadyClock::now();
     for (int64_t next = 0;;) {
       if (interrupted && interrupted->load()) return Status::cancelled("interrupted");
+      // A turn takes at most about a second. One that took longer than the lease means this agent did not run
+      // (stopped, or starved): the controller, which reads our own counter on the same timeout, has counted
+      // this host lost meanwhile, and the lease's movement during that time is no renewal of ours. Give the
+      // nodes up at once rather than act on a run that has moved on.
+      if (const auto now = SteadyClock::now(); now - last_turn > lease_timeout)
+        return Status::unavailable("this agent did not run for " +
+                                   std::to_string(std::chrono::duration<double>(now - last_turn).count()) +
+                                   " s (stopped or starved), longer than the lease: its host counts as lost");
+      else
+        last_turn = now;
       Result<std::string> order = store_->get(agent_wire::order(config_.run, host_, next), deadlineIn(250ms));
       if (order.isOk()) {
         bool quit = false;
@@ -268,6 +293,7 @@ class Agent {
       if (op == "start") {
         auto spec = agent_wire::nodeSpecFromJson(o.at("spec"));
         if (!spec.isOk()) return agent_wire::toJson(spec.status());
+        if (Status s = agent_wire::admissible(*spec, config_.extra_binaries); !s.isOk()) return agent_wire::toJson(s);
         session_->cluster->setQuota(spec->name, spec->cpus.value_or(0));
         return started(spec->name, launcher.start(*spec));
       }

@@ -39,6 +39,10 @@ struct AgentConfig {
   // the machine's hostname or its first label.
   std::vector<std::string> host_names;
   double lease_s = 10.0;    // the controller is gone when its lease has not moved for this long
+  // Programs an order may start besides the agent's own node roles (tests start `sleep` as a stand-in).
+  // Empty in every run the controller writes; an order never widens it (this file is as trusted as the
+  // secret it names).
+  std::vector<std::string> extra_binaries;
 
   nlohmann::json toJson() const;
   // From the file the controller wrote; InvalidArgument naming the file and the field that is wrong.

@@ -1,5 +1,7 @@
 #include "chaos/agent/protocol.h"
 
+#include <algorithm>
+
 namespace chaosbed::chaos::agent_wire {
 
 using nlohmann::json;
@@ -25,6 +27,24 @@ Result<NodeSpec> nodeSpecFromJson(const json& j) {
   } catch (const json::exception& e) {
     return Status::invalidArgument(std::string("node spec: ") + e.what());
   }
+}
+
+Status admissible(const NodeSpec& spec, const std::vector<std::string>& extra_binaries) {
+  auto refused = [&](const std::string& why) {
+    return Status::invalidArgument("agent: refused to start " + spec.name + ": " + why);
+  };
+  for (const auto& [key, value] : spec.env)
+    if (key != "OPENBLAS_NUM_THREADS") return refused("environment variable " + key + " is not one a node is given");
+  if (!spec.binary.empty()) {
+    if (std::find(extra_binaries.begin(), extra_binaries.end(), spec.binary) == extra_binaries.end())
+      return refused("an order may not name a program ('" + spec.binary + "'): the agent runs its own executable");
+    return Status::ok();
+  }
+  const bool role_ok = spec.role == "worker" || spec.role == "ps" || spec.role == "evaluator";
+  if (!role_ok) return refused("'" + spec.role + "' is not a node role (worker, ps, evaluator)");
+  if (spec.args.size() != 2 || spec.args[0] != spec.role || spec.args[1].rfind("--node_config=", 0) != 0)
+    return refused("arguments must be exactly '" + spec.role + " --node_config=FILE'");
+  return Status::ok();
 }
 
 json toJson(const ExitInfo& e) {

@@ -44,6 +44,12 @@ inline std::string alive(const std::string& run, int host) { return base(run, ho
 
 nlohmann::json toJson(const NodeSpec& spec);  // without net_namespace_fd: a descriptor means nothing elsewhere
 Result<NodeSpec> nodeSpecFromJson(const nlohmann::json& j);
+// Whether an agent may start `spec` (InvalidArgument naming the node and the reason otherwise). An agent runs
+// chaosbed's own node roles with its own executable: no binary named, arguments exactly `ROLE
+// --node_config=FILE` with ROLE worker, ps or evaluator and the node's own role, and no environment but
+// OPENBLAS_NUM_THREADS; a holder of the secret can thus start a node, never a program of its choice as root.
+// A binary in `extra_binaries` (the agent's own config, for tests) may take any arguments.
+Status admissible(const NodeSpec& spec, const std::vector<std::string>& extra_binaries);
 nlohmann::json toJson(const ExitInfo& exit);  // `at` is not sent: the receiver stamps its own clock
 Result<ExitInfo> exitFromJson(const nlohmann::json& j);
 // What an agent needs of a fault to carry it out on a node (kill, preempt, pause, vanish, slow).

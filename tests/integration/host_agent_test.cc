@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -92,6 +93,7 @@ struct AgentRun {
     config.run = "test-" + std::to_string(::getpid());
     config.hosts = hosts;
     config.lease_s = lease_s;
+    config.extra_binaries = {"sleep"};  // the tests' stand-in node
     write();
   }
   void write() {
@@ -394,6 +396,28 @@ TEST_F(AgentLease, AnAgentWhoseLeaseLapsesStopsItsPausedNodeAndExits) {
   EXPECT_TRUE(json::parse(*notice).at("requested").get<bool>()) << *notice;
 }
 
+// An agent stopped for longer than its lease while the controller kept renewing it (the controller counted
+// the host lost meanwhile) gives its nodes up as soon as it runs again, instead of reading the lease's
+// movement during its sleep as a renewal.
+TEST_F(AgentLease, AnAgentStoppedLongerThanItsLeaseGivesItsNodesUpOnWaking) {
+  auto agent_process = startAgent();
+  testing::Command& agent = *agent_process;
+  renewLease();
+  const pid_t node = startSleeper();
+  ASSERT_GT(node, 0);
+  ASSERT_EQ(::kill(agent.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(awaitState(agent.pid(), [](char s) { return s == 'T'; }, deadlineIn(5s)));
+  std::this_thread::sleep_for(2500ms);  // the fault itself: 2.5 lease periods asleep, the lease renewed all along
+  const auto woken = SteadyClock::now();
+  ASSERT_EQ(::kill(agent.pid(), SIGCONT), 0);
+  auto code = agent.wait(deadlineIn(10s));
+  ASSERT_TRUE(code.has_value()) << "the woken agent served on:\n" << agent.output();
+  EXPECT_EQ(*code, 4) << agent.output();
+  EXPECT_LT(SteadyClock::now() - woken, 5s) << "it did not give up at once";
+  EXPECT_NE(agent.output().find("longer than the lease"), std::string::npos) << agent.output();
+  EXPECT_TRUE(awaitState(node, [](char s) { return s == 0; }, deadlineIn(5s))) << "its node outlived it";
+}
+
 TEST_F(AgentLease, AnAgentWhoseStoreIsGoneStopsItsNodesAtOnce) {
   auto agent_process = startAgent();
   testing::Command& agent = *agent_process;
@@ -475,6 +499,22 @@ TEST(AgentConfig, AMalformedConfigIsRefusedNamingTheFileAndTheField) {
 
 // What an agent reads from the store is parsed as untrusted input: every malformed order is refused with a
 // reason, and the agent serves on.
+TEST_F(AgentLease, ASecondAgentForAClaimedHostIsRefusedAndTheFirstServesOn) {
+  auto first = startAgent();
+  renewLease();
+  testing::Command second({testing::chaosbedBinary(), "agent", "--agent_config=" + run.config_path, "--index=0"});
+  auto code = second.wait(deadlineIn(20s));
+  ASSERT_TRUE(code.has_value()) << "the second agent of host 0 is still running: " << second.output();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(second.output().find("host 0 has an agent already"), std::string::npos) << second.output();
+  // The first one still obeys, and it alone answers.
+  ASSERT_EQ(begin().value("code", -1), 0);
+  EXPECT_EQ(order({{"op", "quit"}, {"grace_ms", 1000}}).value("code", -1), 0);
+  auto first_code = first->wait(deadlineIn(10s));
+  ASSERT_TRUE(first_code.has_value());
+  EXPECT_EQ(*first_code, 0) << first->output();
+}
+
 TEST_F(AgentLease, MalformedOrdersAreRefusedAndTheAgentServesOn) {
   auto agent_process = startAgent();
   testing::Command& agent = *agent_process;
@@ -499,6 +539,25 @@ TEST_F(AgentLease, MalformedOrdersAreRefusedAndTheAgentServesOn) {
   refused(order({{"op", "launch"}}), "unknown order");
   refused(order({{"op", "start"}, {"spec", {{"name", "worker-0"}}}}), "node spec");
   refused(order({{"op", "fault"}, {"action", "apply"}, {"node", "worker-0"}, {"fault", {{"id", 1}}}}), "fault");
+  // A holder of the secret may start a node, never a program of its choice (as root), nor hand it an
+  // environment that would run one (LD_PRELOAD); the run is allowed its own roles only.
+  NodeSpec shell = sleeper("worker-0", 0);
+  shell.binary = "/bin/sh";
+  shell.args = {"-c", "id > " + run.dir + "/owned"};
+  refused(order({{"op", "start"}, {"spec", agent_wire::toJson(shell)}}), "may not name a program");
+  NodeSpec preload;
+  preload.name = "worker-0";
+  preload.role = "worker";
+  preload.args = {"worker", "--node_config=" + run.dir + "/node-config.json"};
+  preload.env = {{"LD_PRELOAD", run.dir + "/evil.so"}};
+  refused(order({{"op", "start"}, {"spec", agent_wire::toJson(preload)}}), "LD_PRELOAD");
+  NodeSpec other_command = preload;
+  other_command.env.clear();
+  other_command.args = {"agent", "--agent_config=" + run.config_path};
+  refused(order({{"op", "start"}, {"spec", agent_wire::toJson(other_command)}}), "arguments must be exactly");
+  other_command.role = "agent";
+  refused(order({{"op", "start"}, {"spec", agent_wire::toJson(other_command)}}), "not a node role");
+  EXPECT_FALSE(std::filesystem::exists(run.dir + "/owned")) << "the shell ran";
   json link = agent_wire::toJson(fault(2, FaultKind::kPause));
   link["kind"] = "link";
   refused(order({{"op", "fault"}, {"action", "apply"}, {"node", "worker-0"}, {"fault", link}}), "does not carry out link");
