@@ -2,7 +2,9 @@
 // The results directory of a run:
 //   spec.yaml        the resolved spec (every default filled in)
 //   events.jsonl     every chaos and training event (chaos/event_log.h)
-//   timeseries.csv   time_s,strategy,accuracy,loss,samples,alive_nodes — one row per evaluated snapshot
+//   timeseries.csv   time_s,strategy,accuracy,loss,samples,alive_nodes — one row per evaluated snapshot, every
+//                    column as it was at the snapshot's time_s (samples interpolated between the controller's
+//                    readings 500 ms apart, alive_nodes from the last reading before it: observationAt)
 //   node_timeseries.csv  time_s,strategy,node,wall_s,compute_s,transfer_s,checkpoint_s,idle_peer_s,
 //                    idle_server_s,idle_recovery_s,paused_s — each node's cumulative time about once a second
 //                    (NodeSample)

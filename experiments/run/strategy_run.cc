@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -392,6 +393,7 @@ void Supervisor::sampleProgress(chaos::Controller* controller, double t) {
   const StatsByNode stats = allNodeStats();
   const NodeStats w = roleTotal(stats, "worker", workers_);
   step_samples_.emplace_back(t, w.steps);
+  observations_.push_back({t, w.samples, aliveCount()});
   // Progress triggers: each node's own steps and epoch (a PS server's steps are its applied rounds).
   const bool sample_nodes = t - last_node_sample_t_ >= kNodeSampleInterval;
   for (const auto& [name, n] : stats) {
@@ -513,6 +515,21 @@ double medianEvalGap(const std::vector<EvalPoint>& timeline) {
   if (gaps.empty()) return 0;
   std::nth_element(gaps.begin(), gaps.begin() + std::ptrdiff_t(gaps.size() / 2), gaps.end());
   return gaps[gaps.size() / 2];
+}
+
+Observation observationAt(const std::vector<Observation>& history, const Observation& latest, double t) {
+  const auto after = std::upper_bound(history.begin(), history.end(), t,
+                                      [](double at, const Observation& o) { return at < o.t; });
+  // The readings on either side of t: the history's, or past its end the freshest one.
+  const Observation* next = after != history.end() ? &*after : latest.t > t ? &latest : nullptr;
+  if (next == nullptr) {
+    const Observation& last = history.empty() || latest.t >= history.back().t ? latest : history.back();
+    return {t, last.samples, last.alive};
+  }
+  const Observation before = after != history.begin() ? *(after - 1) : Observation{0, 0, next->alive};
+  const double span = next->t - before.t;
+  const double share = span > 0 ? (t - before.t) / span : 1.0;
+  return {t, before.samples + int64_t(std::llround(share * double(next->samples - before.samples))), before.alive};
 }
 
 }  // namespace chaosbed::run

@@ -193,6 +193,18 @@ Result<StrategyResult> runStrategy(const RunContext& ctx, const spec::StrategySp
 // reached no TTA was watched.
 double medianEvalGap(const std::vector<EvalPoint>& timeline);
 
+// What the controller read of the workers at one instant: their samples so far and the nodes running.
+struct Observation {
+  double t = 0;
+  int64_t samples = 0;
+  int alive = 0;
+};
+// The observation at time t from readings in time order (`history`, then `latest`, the freshest): samples
+// interpolated between the readings on either side of t (from 0 at time 0 before the first), the nodes alive
+// as the last reading at or before t saw them. An evaluation's row is thus what was true at its snapshot's
+// instant, not when the controller got to its event (which can be seconds later, in a burst).
+Observation observationAt(const std::vector<Observation>& history, const Observation& latest, double t);
+
 // Waits for a scrape that begins after the call (at most kAwaitScrapeLimit); warns once, naming `what`, when
 // none comes. Returns whether one did.
 inline constexpr std::chrono::seconds kAwaitScrapeLimit{20};

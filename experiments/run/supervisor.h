@@ -314,6 +314,7 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   bool stop_sent_ = false;
   std::atomic<bool> stopping_{false};  // stop_sent_, for the chaos controller's thread
   std::vector<std::pair<double, int64_t>> step_samples_;  // (time, workers' steps) every 500 ms
+  std::vector<Observation> observations_;                 // (time, workers' samples, nodes alive) every 500 ms
   SteadyClock::time_point last_progress_;  // the last progress sample
   int64_t last_steps_ = 0;                 // the workers' steps then
   double last_advance_t_ = 0;              // when the workers' step count last grew

@@ -127,8 +127,10 @@ void Supervisor::onEvaluation(const events::Eval& eval) {
   p.step = eval.step;
   p.accuracy = eval.accuracy;
   p.loss = eval.loss;
-  p.samples = collectStats("worker", workers_).samples;
-  p.alive = aliveCount();
+  const Observation at = observationAt(observations_, {now(), collectStats("worker", workers_).samples, aliveCount()},
+                                       p.time_s);
+  p.samples = at.samples;
+  p.alive = at.alive;
   p.refined = eval.refined;
   result_.timeline.push_back(p);
   const bool completes = tta_.add({p.time_s, p.step}, p.accuracy, p.refined);

@@ -98,6 +98,29 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   EXPECT_EQ(series.rfind("time_s,strategy,accuracy,loss,samples,alive_nodes\n", 0), 0u);
   EXPECT_NE(series.find(",mirrored,"), std::string::npos);
   EXPECT_NE(series.find(",parameter_server,"), std::string::npos);
+  {
+    // One clock per row: samples are those at the row's time_s, so in time order they never fall (they did
+    // when taken at the event's processing: a refined evaluation of an earlier snapshot, handled later,
+    // carried more samples than the rows after it in time).
+    std::map<std::string, std::vector<std::pair<double, long long>>> rows;
+    std::istringstream lines(series.substr(series.find('\n') + 1));
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream cells(line);
+      std::string time, strategy, accuracy, loss, samples;
+      std::getline(cells, time, ',');
+      std::getline(cells, strategy, ',');
+      std::getline(cells, accuracy, ',');
+      std::getline(cells, loss, ',');
+      std::getline(cells, samples, ',');
+      rows[strategy].emplace_back(std::stod(time), std::stoll(samples));
+    }
+    for (auto& [strategy, points] : rows) {
+      std::sort(points.begin(), points.end());
+      for (size_t i = 1; i < points.size(); ++i)
+        EXPECT_GE(points[i].second, points[i - 1].second)
+            << strategy << ": samples fell from " << points[i - 1].first << " s to " << points[i].first << " s";
+    }
+  }
   EXPECT_TRUE(testing::EventsMatchSchema(out + "/events.jsonl"));
   const std::string events = readFile(out + "/events.jsonl");
   EXPECT_NE(events.find("\"chaos.planned\""), std::string::npos) << "the scenario's pause was not planned";
