@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "chaos/clock.h"
+#include "core/isolation/command.h"
 #include "core/runtime/events.h"
 
 namespace chaosbed::chaos {
@@ -190,8 +191,12 @@ Result<pid_t> spawnAgent(const std::string& binary, const std::string& dir, doub
   if (pid == 0) {
     // Only async-signal-safe calls from here to exec.
     ::setsid();
+    restoreDefaultSignals();    // the controller's watcher blocks SIGINT and SIGTERM: the agent must hear SIGTERM
     ::signal(SIGINT, SIG_IGN);  // a Ctrl-C to the controller's terminal must not kill the healer
-    ::dup2(fds[0], 3);          // dup2 clears close-on-exec on the copy
+    // The pipe as fd 3, without close-on-exec: dup2 clears it on a copy, but dup2 onto itself does nothing
+    // (a process with few descriptors open gets the pipe as fd 3), so then clear it directly.
+    if (fds[0] == 3) ::fcntl(3, F_SETFD, 0);
+    else ::dup2(fds[0], 3);
     const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, 0);

@@ -34,6 +34,7 @@ Status runCommand(const std::vector<std::string>& argv, double timeout_s, const 
     return Status::fromErrno(cmdline + ": fork");
   }
   if (pid == 0) {
+    restoreDefaultSignals();
     ::dup2(err_pipe[1], 2);
     const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull >= 0) {
@@ -89,6 +90,15 @@ Status runCommand(const std::vector<std::string>& argv, double timeout_s, const 
     if (err.find(s) != std::string::npos) return Status::ok();
   return Status::ioError(cmdline + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
                          (err.empty() ? "" : ": " + err));
+}
+
+void restoreDefaultSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
 }
 
 }  // namespace chaosbed

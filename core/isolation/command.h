@@ -15,4 +15,9 @@ namespace chaosbed {
 Status runCommand(const std::vector<std::string>& argv, double timeout_s,
                   const std::vector<std::string>& ok_stderr = {}, std::string* out = nullptr);
 
+// In a forked child before exec: no signal blocked and every disposition the default, whatever the parent
+// had (a controller blocks SIGINT and SIGTERM for its signal watcher; an exec keeps the mask, so a child
+// would start deaf to them). Async-signal-safe.
+void restoreDefaultSignals();
+
 }  // namespace chaosbed

@@ -18,6 +18,8 @@
 #include <future>
 #include <sstream>
 
+#include "core/isolation/command.h"
+
 extern char** environ;
 
 namespace chaosbed {
@@ -332,12 +334,7 @@ void Launcher::spawn(SpawnJob& job) {
     ::setpgid(0, 0);
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die(0);
     if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl took effect
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
+    restoreDefaultSignals();
     if ((devnull >= 0 && ::dup2(devnull, 0) < 0) || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) die(1);
     if (net_namespace_fd >= 0 && ::setns(net_namespace_fd, CLONE_NEWNET) != 0) die(3);
     char go = 0;

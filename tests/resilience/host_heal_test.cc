@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "chaos/clock.h"
 #include "chaos/host_state.h"
 #include "chaos/state.h"
 #include "core/isolation/cgroup.h"
@@ -53,6 +55,41 @@ std::vector<std::string> groupsOf(const std::string& owner) {
     for (const std::string& g : *groups)
       if (g.starts_with(owner + "-")) out.push_back(g);
   return out;
+}
+
+// The controller blocks SIGINT and SIGTERM for its signal watcher, and an exec keeps the mask: the chaos
+// agent it spawns must start with nothing blocked (SIGINT alone ignored, on purpose), so that an operator's
+// or a service manager's SIGTERM stops it.
+TEST(ChaosAgent, StartsWithNoSignalBlockedAndStopsOnSigterm) {
+  const std::string dir = testing::makeTempDir("chaos-agent-signals");
+  ASSERT_TRUE(chaos::writeState(dir, chaos::ChaosState{.controller_pid = ::getpid()}).isOk());
+  ASSERT_TRUE(chaos::renewLease(dir, chaos::realClock().monotonicNs()).isOk());
+  sigset_t stop_signals, old;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &stop_signals, &old), 0);
+  int control_fd = -1;
+  auto pid = chaos::spawnAgent(CHAOSBED_BINARY, dir, 60.0, &control_fd);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(pid.isOk()) << pid.status().toString();
+  // Its status once it runs chaosbed (the exec is done): the masks it started with.
+  std::string status;
+  for (auto until = SteadyClock::now() + 10s; SteadyClock::now() < until; std::this_thread::sleep_for(10ms)) {
+    status = testing::readFile("/proc/" + std::to_string(*pid) + "/status");
+    if (status.find("Name:\tchaosbed\n") != std::string::npos) break;
+  }
+  const auto field = [&](const std::string& name) {
+    const size_t at = status.find(name + ":\t");
+    return at == std::string::npos ? std::string("?") : status.substr(at + name.size() + 2, 16);
+  };
+  EXPECT_EQ(field("SigBlk"), "0000000000000000") << status;
+  EXPECT_EQ(field("SigIgn"), "0000000000000002") << "SIGINT alone ignored:\n" << status;
+  ASSERT_EQ(::kill(*pid, SIGTERM), 0);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(*pid, &wstatus, 0), *pid);
+  EXPECT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGTERM) << "wait status " << wstatus;
+  ::close(control_fd);
 }
 
 class HostHeal : public ::testing::TestWithParam<bool> {};  // true: the agent dies first
