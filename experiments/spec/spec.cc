@@ -396,6 +396,13 @@ void parseOutput(const ConfigNode& root, OutputSpec* o) {
   n.checkKeys({"dir"});
   o->dir = n.optional<std::string>("dir", o->dir);
   if (n.child("dir").isScalar() && o->dir.empty()) n.child("dir").error("must not be empty");
+  // A spec travels (a colleague's, a suite's): it places results under the directory chaosbed runs in, never
+  // elsewhere on a machine where chaosbed runs as root. `--out` (typed by the user) may go anywhere.
+  const std::filesystem::path dir(o->dir);
+  if (dir.is_absolute())
+    n.child("dir").error("'" + o->dir + "' must be relative to the directory chaosbed runs in (for results elsewhere, use --out)");
+  else if (std::find(dir.begin(), dir.end(), "..") != dir.end())
+    n.child("dir").error("'" + o->dir + "' must not climb out of the directory chaosbed runs in ('..')");
 }
 
 std::optional<ExperimentSpec> parseDocument(const YAML::Node& doc, const std::string& file, Diagnostics* d,

@@ -70,6 +70,13 @@ const BadSpec kBadSpecs[] = {
     {"unknown top-level key",
      spec(kCluster, kData, kStrategies, "trainig: {learning_rate: 0.1}\n"),
      {"t.yaml:9:1: trainig: unknown field (did you mean 'training'?)"}},
+    {"results that climb out of the working directory",
+     spec(kCluster, kData, kStrategies, "output: {dir: ../../../../etc/cb}\n"),
+     {"t.yaml:9:15: output.dir: '../../../../etc/cb' must not climb out of the directory chaosbed runs in ('..')"}},
+    {"results at an absolute place chosen by the spec",
+     spec(kCluster, kData, kStrategies, "output: {dir: /etc/cb}\n"),
+     {"t.yaml:9:15: output.dir: '/etc/cb' must be relative to the directory chaosbed runs in (for results "
+      "elsewhere, use --out)"}},
     {"wrong type",
      spec("cluster: {workers: four, servers: 1}\n", kData, kStrategies),
      {"t.yaml:4:20: cluster.workers: expected an integer, got 'four'"}},
