@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,6 +66,13 @@ Status checkFreshOutDir(const std::string& dir) {
   std::error_code ec;
   const auto st = std::filesystem::status(dir, ec);  // the caller's own path: a link they made is theirs
   if (ec || st.type() == std::filesystem::file_type::not_found) return Status::ok();
+  // An empty directory of another user stays theirs after we wrote into it: they could replace summary.json
+  // or read what the run left there. Only the caller's own directory becomes a results directory.
+  struct stat own {};
+  if (st.type() == std::filesystem::file_type::directory && ::stat(dir.c_str(), &own) == 0 && own.st_uid != ::geteuid())
+    return Status::invalidArgument("--out " + dir + ": owned by uid " + std::to_string(own.st_uid) +
+                                   ", not by this user (uid " + std::to_string(::geteuid()) +
+                                   "), who could then change the results: choose a directory of your own");
   if (st.type() == std::filesystem::file_type::directory && std::filesystem::is_empty(dir, ec) && !ec) return Status::ok();
   if (st.type() != std::filesystem::file_type::directory)
     return Status::invalidArgument("--out " + dir + ": exists and is not a directory");

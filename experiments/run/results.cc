@@ -32,6 +32,16 @@ Result<std::string> makeResultsDir(const std::string& base, const std::string& e
   *run_id = std::string(stamp) + "-" + id;
   const fs::path parent = fs::path(base) / experiment;
   const fs::path dir = parent / *run_id;
+  // Whoever may rename entries of the directories above the run's can swap its results for theirs: such a
+  // directory is refused before anything is made in it (those not there yet are made below, ours).
+  for (const fs::path& above : {fs::path(base), parent}) {
+    struct stat st {};
+    if (::stat(above.c_str(), &st) != 0) break;
+    if (st.st_uid != ::geteuid() || ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)))
+      return Status::invalidArgument("results directory " + above.string() +
+                                     ": owned by another user or writable by others, who could change the results "
+                                     "(output.dir, or --out for a directory of your own)");
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);  // it will hold the run's secret and addresses

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -177,6 +179,36 @@ TEST(RunExperiment, TinySyntheticProducesEveryResultFile) {
   for (const auto& e : fs::recursive_directory_iterator(out))
     if (e.is_regular_file()) after[e.path().string()] = readFile(e.path().string());
   EXPECT_TRUE(before == after) << "the refused run changed the first run's files";
+}
+
+// An empty --out of another user is refused: it would stay theirs, and they could replace the results; so is
+// an output.dir base they own.
+TEST(RunExperiment, AResultsDirectoryOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
+  const std::string out = testing::makeTempDir("run-foreign-out") + "/theirs";
+  ASSERT_EQ(::mkdir(out.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(out.c_str(), 65534, 65534), 0);  // nobody
+  testing::Command run({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"), "--out=" + out,
+                        "--metrics_addr=127.0.0.1:0"});
+  auto code = run.wait(deadlineIn(30s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  EXPECT_EQ(*code, 2) << run.output();
+  EXPECT_NE(run.output().find("owned by uid 65534"), std::string::npos) << run.output();
+  EXPECT_TRUE(fs::is_empty(out)) << "the refused run wrote into it";
+
+  // The same for output.dir (relative to where chaosbed runs): a base of another user gets nothing made in it.
+  const std::string base = "foreign-results-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(base.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(base.c_str(), 65534, 65534), 0);
+  testing::Command into_base({testing::chaosbedBinary(), "run", scenario("tiny-synthetic.yaml"),
+                              "--set=output.dir=" + base, "--metrics_addr=127.0.0.1:0"});
+  auto base_code = into_base.wait(deadlineIn(30s));
+  const bool untouched = fs::is_empty(base);
+  fs::remove_all(base);
+  ASSERT_TRUE(base_code.has_value()) << into_base.output();
+  EXPECT_NE(*base_code, 0) << into_base.output();
+  EXPECT_NE(into_base.output().find("owned by another user"), std::string::npos) << into_base.output();
+  EXPECT_TRUE(untouched) << "the refused run made its directories in another user's";
 }
 
 // `run --set` changes the spec before it is checked and run: the results say what ran.
