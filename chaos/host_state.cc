@@ -1,5 +1,7 @@
 #include "chaos/host_state.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@ namespace {
 
 // "<pid>.<start time>", both decimal.
 const std::regex kOwner(R"(^([0-9]{1,10})\.([0-9]{1,20})$)");
+constexpr char kOwnerLock[] = "owner.lock";
 
 bool isRealDirectory(const std::string& path) {
   struct stat st {};
@@ -73,9 +76,15 @@ std::optional<std::string> ownerName(pid_t pid) {
   return std::to_string(pid) + "." + field;  // field 22: start time in clock ticks after boot
 }
 
-bool ownerAlive(const std::string& owner) {
+bool ownerAlive(const std::string& owner, const std::string& claims_root) {
   std::smatch m;
   if (!std::regex_match(owner, m, kOwner)) return false;
+  const std::string lock = claims_root + "/" + owner + "/" + kOwnerLock;
+  if (const int fd = claims_root.empty() ? -1 : ::open(lock.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); fd >= 0) {
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    return held;
+  }
   const long long pid = std::stoll(m[1].str());
   if (pid <= 0 || pid > 0x7fffffff) return false;
   return ownerName(pid_t(pid)) == owner;
@@ -90,11 +99,22 @@ Result<RunClaim> RunClaim::create(const std::string& root) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     return Status::fromErrno(dir + ": cannot create");
   if (!isRealDirectory(dir)) return Status::invalidArgument(dir + " is not a directory of ours: refusing to use it");
-  return RunClaim(dir, *owner);
+  const std::string lock = dir + "/" + kOwnerLock;
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::fromErrno(lock + ": cannot open");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Status::fromErrno(lock + ": cannot lock", err);
+    return RunClaim(dir, *owner, -1);  // an earlier claim of this very process holds it (a sweep's)
+  }
+  return RunClaim(dir, *owner, fd);
 }
 
-RunClaim::RunClaim(RunClaim&& other) noexcept : dir_(std::move(other.dir_)), owner_(std::move(other.owner_)) {
+RunClaim::RunClaim(RunClaim&& other) noexcept
+    : dir_(std::move(other.dir_)), owner_(std::move(other.owner_)), lock_fd_(other.lock_fd_) {
   other.dir_.clear();
+  other.lock_fd_ = -1;
 }
 
 Result<std::string> RunClaim::scratchDir() const {
@@ -105,6 +125,13 @@ Result<std::string> RunClaim::scratchDir() const {
 
 RunClaim::~RunClaim() {
   if (dir_.empty()) return;
+  // Closed last: the claim reads as its owner's until it is gone or left for a heal.
+  struct CloseLock {
+    int fd;
+    ~CloseLock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_lock{lock_fd_};
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
@@ -135,16 +162,19 @@ HealReport healDeadRuns(const std::string& root, EventLog* log) {
   for (const auto& claim : fs::directory_iterator(root, ec)) {
     const std::string owner = claim.path().filename().string();
     if (!std::regex_match(owner, kOwner) || claim.is_symlink(ec) || !claim.is_directory(ec)) continue;
-    if (ownerAlive(owner)) continue;
+    if (ownerAlive(owner, root)) continue;
     // Heal first (thaw, restore quotas), then remove the groups: a frozen process only dies once thawed.
+    bool whole = true;
     for (const auto& state_dir : fs::directory_iterator(claim.path(), ec)) {
       if (state_dir.is_symlink(ec) || !state_dir.is_directory(ec)) continue;
       auto healed = cleanupStale(state_dir.path().string(), log, "heal");
       if (healed.isOk()) report.records += *healed;
       else report.errors.push_back(state_dir.path().string() + ": " + healed.status().toString());
+      whole &= healed.isOk();
     }
     for (const std::string& g : cgroup_groups)
       if (g.starts_with(owner + "-")) remove(g);
+    if (!whole) continue;  // what could not be healed stays on record (its groups are gone: nothing runs there)
     fs::remove_all(claim.path(), ec);
     if (ec) report.errors.push_back(claim.path().string() + ": cannot remove: " + ec.message());
     ++report.runs;
@@ -153,7 +183,7 @@ HealReport healDeadRuns(const std::string& root, EventLog* log) {
   static const std::regex kOwnedGroup(R"(^([0-9]{1,10}\.[0-9]{1,20})-.+$)");
   for (const std::string& g : cgroup_groups) {
     std::smatch m;
-    if (!std::regex_match(g, m, kOwnedGroup) || ownerAlive(m[1].str())) continue;
+    if (!std::regex_match(g, m, kOwnedGroup) || ownerAlive(m[1].str(), root)) continue;
     if (isRealDirectory(root + "/" + m[1].str())) continue;  // its claim's removal failed: the next heal retries
     remove(g);
   }

@@ -3,8 +3,9 @@
 // that whoever starts next (a run, or `chaosbed chaos heal`) can heal what a dead one left behind, whoever
 // killed it and whatever happened to its results directory.
 //
-// Layout: <root>/<owner>/<strategy label>/{state.json,lease} (chaos/state.h), where <root> is hostStateRoot()
-// and <owner> is "<pid>.<start time>" of the controller that claimed it (RunClaim). The start time (clock
+// Layout: <root>/<owner>/<strategy label>/{state.json,lease} (chaos/state.h) and <root>/<owner>/owner.lock,
+// where <root> is hostStateRoot() and <owner> is "<pid>.<start time>" of the controller that claimed it
+// (RunClaim), which holds a lock on owner.lock while it lives. The start time (clock
 // ticks since boot, /proc/<pid>/stat field 22) tells a live owner from a recycled pid. The run's cgroup groups
 // are named "<owner>-<label>" (core/isolation), so a dead owner's groups are found by name too.
 //
@@ -34,8 +35,11 @@ Status prepareOwnDirectory(const std::string& dir, mode_t mode, const std::strin
 
 // "<pid>.<start time>" of a process, or nullopt when it does not exist.
 std::optional<std::string> ownerName(pid_t pid);
-// Whether the owner a claim names still runs (same pid, same start time).
-bool ownerAlive(const std::string& owner);
+// Whether the owner a claim names still runs. A claim's owner holds a lock on <claim>/owner.lock (flock) for
+// as long as it lives, which holds across PID namespaces (a `chaos heal` in a container sees other pids);
+// where the claim has that file, the lock alone decides. Otherwise: the same pid with the same start time.
+// `claims_root` empty: the pid check alone (for names outside the register, such as Prometheus target files).
+bool ownerAlive(const std::string& owner, const std::string& claims_root = {});
 
 // This process's claim on the host: <root>/<owner>/, created 0700 by create(). Removed by the destructor when
 // every state file in it is finished; otherwise left for the agent or the next start to heal.
@@ -57,8 +61,10 @@ class RunClaim {
   Result<std::string> scratchDir() const;
 
  private:
-  RunClaim(std::string dir, std::string owner) : dir_(std::move(dir)), owner_(std::move(owner)) {}
+  RunClaim(std::string dir, std::string owner, int lock_fd)
+      : dir_(std::move(dir)), owner_(std::move(owner)), lock_fd_(lock_fd) {}
   std::string dir_, owner_;
+  int lock_fd_ = -1;  // holds owner.lock's flock while the claim lives (-1: another claim of this process does)
 };
 
 struct HealReport {
@@ -69,8 +75,9 @@ struct HealReport {
 };
 
 // Heals every claim under root whose owner is dead: replays its unfinished fault state, removes its cgroup
-// groups (thawing and killing what is still in them), then the claim; and removes cgroup groups named after
-// a dead owner whose claim is gone. Claims of live owners are left alone. `log` (optional) records each
+// groups (thawing and killing what is still in them), then the claim, unless a state could not be read or
+// healed whole (a truncated file, a link): that claim stays, with the error, for a person to see; and
+// removes cgroup groups named after a dead owner whose claim is gone. Claims of live owners are left alone. `log` (optional) records each
 // healed fault; otherwise each state's own events file does.
 HealReport healDeadRuns(const std::string& root, EventLog* log = nullptr);
 

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "chaos/clock.h"
@@ -23,15 +22,29 @@ namespace {
 
 std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
+// The whole file, or nullopt when there is none. Never through a symbolic link (chaosbed runs as root: a
+// planted state.json would make a heal signal or thaw whatever the link's target names).
 Result<std::optional<std::string>> readWhole(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) return std::optional<std::string>();
+    if (errno == ELOOP) return Status::invalidArgument(path + ": a symbolic link, not followed");
     return Status::fromErrno(path + ": cannot read");
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return std::optional<std::string>(ss.str());
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, size_t(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = errno;
+    ::close(fd);
+    if (n < 0) return Status::fromErrno(path + ": cannot read", err);
+    return std::optional<std::string>(std::move(text));
+  }
 }
 
 }  // namespace
