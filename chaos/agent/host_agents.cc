@@ -120,6 +120,10 @@ HostAgents::~HostAgents() {
 
 const HostAgents::Host& HostAgents::host(int index) const { return hosts_.at(size_t(index))->info; }
 
+bool HostAgents::alive(int index) const {
+  return index >= 0 && index < int(hosts_.size()) && hosts_[size_t(index)]->alive.load();
+}
+
 Result<json> HostAgents::order(int host_index, json o, std::chrono::milliseconds timeout) {
   if (host_index < 0 || host_index >= int(hosts_.size()))
     return Status::invalidArgument("no host " + std::to_string(host_index) + " (the run has " +
@@ -300,6 +304,8 @@ Result<pid_t> AgentNodes::pid(const std::string& name) const {
   if (!it->second.running) return Status::unavailable("node " + name + " is not running");
   return it->second.pid;
 }
+
+bool AgentNodes::hostLost(const std::string& name) const { return !agents_.alive(options_.host_of(name)); }
 
 bool AgentNodes::running(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);

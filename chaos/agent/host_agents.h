@@ -69,6 +69,7 @@ class HostAgents {
 
   int size() const { return int(hosts_.size()); }
   const Host& host(int index) const;
+  bool alive(int index) const;  // false once the host is lost (its agent exited or went silent)
   // One strategy run's nodes. One session at a time; it must be destroyed before this.
   Result<std::unique_ptr<AgentNodes>> session(SessionOptions options);
 
@@ -102,6 +103,7 @@ class AgentNodes final : public NodeRunner {
   Result<pid_t> restart(const std::string& name, Deadline deadline) override;
   Result<pid_t> pid(const std::string& name) const override;
   bool running(const std::string& name) const override;
+  bool hostLost(const std::string& name) const override;
   int incarnation(const std::string& name) const override;
   Status signal(const std::string& name, int sig) override;
   Result<ExitInfo> waitExit(const std::string& name, Deadline deadline) override;

@@ -106,6 +106,8 @@ class NodeRunner {
   // not isolated or lives on a host this process does not own. Valid for the runner's lifetime.
   virtual NodeCgroup* cgroup(const std::string& name) = 0;
   virtual std::string logPath(const std::string& name) const = 0;
+  // Whether the node's host is gone (its agent lost), so that no restart of it there can succeed.
+  virtual bool hostLost(const std::string& /*name*/) const { return false; }
 };
 
 class Launcher final : public NodeRunner {

@@ -319,6 +319,10 @@ Status runStrategies(const RunContext& ctx, const ExperimentOptions& options, Pr
     // Interim files: their failure is not the run's (the final write below reports it).
     (void)writeSummary(outcome.dir, *ctx.spec, outcome.results, false, record);
     (void)writeTimeseries(outcome.dir, outcome.results);
+    // A lost host whose nodes could not be restarted ends the run as an infrastructure failure (exit 4),
+    // its results kept: the next strategies would meet the same missing host.
+    if (const std::string& why = outcome.results.back().stop_reason; why.starts_with("host_lost"))
+      return Status::unavailable(strategy.label + ": " + why);
   }
   return Status::ok();
 }

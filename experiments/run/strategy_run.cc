@@ -157,6 +157,8 @@ void Supervisor::record(nlohmann::json event) {
 
 Status Supervisor::restartLocked(const std::string& node) {
   auto pid = launcher_->restart(node, deadlineIn(5s));
+  if (!pid.isOk() && launcher_->hostLost(node) && !host_lost_)
+    host_lost_ = node + " cannot be restarted: " + pid.status().message();
   if (!pid.isOk()) return pid.status();
   const int incarnation = launcher_->incarnation(node) - 1;  // the control plane counts predecessors
   if (auto id = control::NodeId::parse(node)) supervision_->onRestarted(*id, incarnation);
@@ -371,6 +373,14 @@ void Supervisor::superviseTraining(chaos::Controller* controller) {
     const double t = now();
     if (ctx_.interrupted && ctx_.interrupted->load()) requestStop("interrupted");
     if (t >= spec_.training.time_limit_s) requestStop("time_limit");
+    if (std::optional<std::string> lost = [&] {
+          MutexLock lock(mu_);
+          return host_lost_;
+        }();
+        lost && !stop_sent_) {
+      LOG(ERROR) << strategy_.label << ": " << *lost << "; stopping the run";
+      requestStop("host_lost: " + *lost);
+    }
     std::set<int> running_workers;
     for (int i = 0; i < workers_; ++i)
       if (launcher_->running(nodeName("worker", i))) running_workers.insert(i);

@@ -107,7 +107,8 @@ struct StrategyResult {
   int64_t chaos_leaks = 0;
   std::vector<EvalPoint> timeline;
   std::vector<NodeSample> node_samples;  // every node about once a second, and at the end
-  std::string stop_reason;   // "target", "time_limit", "workers_ended", "interrupted", "error: ..."
+  // "target", "time_limit", "workers_ended", "interrupted", "error: ...", "host_lost: ..." (the run fails)
+  std::string stop_reason;
   // workload.emulate: the emulated job's wire time / compute time for this strategy's traffic pattern.
   std::optional<double> target_comm_compute_ratio;
   // The controller's own cost while this strategy trained (start to stop): the figures that limit how many

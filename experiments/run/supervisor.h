@@ -304,6 +304,9 @@ class Supervisor final : public chaos::Cluster, public chaos::LinkControl {
   // killed) both use them.
   Mutex mu_;
   std::unique_ptr<control::Supervision> supervision_ CHAOSBED_GUARDED_BY(mu_);
+  // Why a node that must be restarted cannot be: its host is lost. The run then stops (host_lost) instead of
+  // retrying every tick until its time limit.
+  std::optional<std::string> host_lost_ CHAOSBED_GUARDED_BY(mu_);
 
   // The supervisor's thread only.
   control::FailureDetector detector_{spec_.cluster.failure_detection.timeout_s};

@@ -284,5 +284,43 @@ TEST(EmulatedHostsRun, AControllerKilledMidRunLeavesNoNamespaceDeviceOrProcess) 
   fs::remove_all(dir);
 }
 
+// A lost host (its agent SIGKILLed while its worker is frozen): the worker cannot be restarted there, so the
+// run stops at once with exit 4 and the reason (it used to retry the restart every tick until its time
+// limit), keeps what it measured, and `chaos heal` leaves nothing frozen or running behind.
+TEST(EmulatedHostsRun, ALostHostEndsTheRunWithExit4AndItsReason) {
+  if (const std::string why = whyNoNamespaces(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = testing::makeTempDir("netns-lost-host");
+  std::ofstream(dir + "/spec.yaml") << kKillSpec;
+  const std::string out = dir + "/out";
+  testing::Command run({testing::chaosbedBinary(), "run", dir + "/spec.yaml", "--out=" + out, "--metrics_addr=off"});
+  ASSERT_GE(nodeNamespaces(out, 9, deadlineIn(60s)).size(), 9u) << "the nodes never started:\n" << run.output();
+  // The agent of worker-2's host (placement puts worker i on host i here), once worker-2 is frozen.
+  ASSERT_TRUE(run.waitForLine("faults 1 active", deadlineIn(30s))) << run.output();
+  pid_t agent = 0;
+  for (pid_t pid : testing::processesMentioning(out + "/")) {
+    const std::string cmdline = testing::readFile("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.find(std::string("agent\0", 6)) != std::string::npos &&
+        cmdline.find(std::string("--index=2\0", 10)) != std::string::npos)
+      agent = pid;
+  }
+  ASSERT_GT(agent, 0) << "no agent of host 2";
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  const auto killed = SteadyClock::now();
+  auto code = run.wait(deadlineIn(60s));
+  ASSERT_TRUE(code.has_value()) << run.output();
+  EXPECT_EQ(*code, 4) << run.output();
+  EXPECT_LT(SteadyClock::now() - killed, 20s) << "the run went on long after the host was lost";
+  EXPECT_NE(run.output().find("host_lost"), std::string::npos) << run.output();
+  const auto summary = nlohmann::json::parse(testing::readFile(out + "/summary.json"));
+  EXPECT_TRUE(summary["strategies"]["mirrored"]["stop_reason"].get<std::string>().starts_with("host_lost"))
+      << summary.dump(2);
+  testing::Command heal({testing::chaosbedBinary(), "chaos", "heal"});
+  ASSERT_TRUE(heal.wait(deadlineIn(30s)).has_value());
+  for (const Deadline d = deadlineIn(10s); !testing::processesMentioning(out + "/").empty() && SteadyClock::now() < d;)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(testing::processesMentioning(out + "/").empty()) << "processes of the run are left";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace chaosbed
