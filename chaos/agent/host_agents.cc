@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "chaos/agent/protocol.h"
+#include "core/isolation/cgroup.h"
 
 namespace chaosbed::chaos {
 
@@ -258,10 +259,19 @@ AgentNodes::AgentNodes(HostAgents& agents, int64_t id, HostAgents::SessionOption
 
 AgentNodes::~AgentNodes() {
   if (Status s = stopAll(3000ms); !s.isOk()) LOG(WARNING) << "stopping the agents' nodes: " << s.toString();
-  for (const auto& host : agents_.hosts_)
-    if (host->alive.load())
+  for (const auto& host : agents_.hosts_) {
+    if (host->alive.load()) {
       if (auto r = agents_.order(host->index, {{"op", "end"}, {"grace_ms", 1000}}, 10000ms); !r.isOk())
         LOG(WARNING) << "ending the session on host " << host->index << ": " << r.status().toString();
+      continue;
+    }
+    // A lost agent never removed its nodes' cgroup group. Where its host shares this machine (emulated
+    // hosts) the group is here: remove it (thawing and killing what is left in it); elsewhere there is none.
+    const std::string group = options_.cgroup_group + "-h" + std::to_string(host->index);
+    if (auto groups = listGroups(); groups.isOk() && std::find(groups->begin(), groups->end(), group) != groups->end())
+      if (Status s = removeGroup(group); !s.isOk())
+        LOG(WARNING) << "removing cgroup group " << group << " of lost host " << host->index << ": " << s.toString();
+  }
   std::lock_guard<std::mutex> lock(agents_.session_mu_);
   agents_.session_ = nullptr;
 }
